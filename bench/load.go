@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Job is one run of one contender in one worker process.
+type Job struct {
+	Contender  string        `json:"contender"`
+	Addr       string        `json:"addr"`
+	Prefix     string        `json:"prefix"`
+	Worker     int           `json:"worker"`
+	Clients    int           `json:"clients"`    // lock clients opened by this worker
+	Goroutines int           `json:"goroutines"` // goroutines in this worker
+	FirstG     int           `json:"first_g"`    // global number of its first goroutine
+	Locks      int           `json:"locks"`      // goroutine g uses lock g % Locks
+	Hold       time.Duration `json:"hold"`       // critical section, besides the counter update
+	Duration   time.Duration `json:"duration"`   // no Lock call starts after it
+	Wait       time.Duration `json:"wait"`       // bound of every Lock call
+	StuckAfter time.Duration `json:"stuck_after"`
+	DrainLimit time.Duration `json:"drain_limit"`
+}
+
+// Record is one acquisition: goroutine, lock, Lock called, Lock returned,
+// Unlock called, Unlock returned (CLOCK_MONOTONIC ns), and 1 if the counter
+// was incremented inside.
+type Record [7]int64
+
+const (
+	recG = iota
+	recLock
+	recStart
+	recAcq
+	recRel
+	recEnd
+	recInc
+)
+
+// Unfinished is a Lock call that did not succeed.
+type Unfinished struct {
+	G      int    `json:"g"`
+	Lock   int    `json:"lock"`
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"`
+	Reason string `json:"reason"` // stuck, drain-limit, wait-timeout, error
+}
+
+// WorkerResult is what one worker measured in one run.
+type WorkerResult struct {
+	Worker      int              `json:"worker"`
+	Start       int64            `json:"start"`
+	Deadline    int64            `json:"deadline"`
+	End         int64            `json:"end"`
+	Records     []Record         `json:"records"`
+	Unfinished  []Unfinished     `json:"unfinished"`
+	Requests    map[string]int64 `json:"requests"`
+	Probes      map[string]int64 `json:"probes"` // the monitor's commands, to leave out of the server's counts
+	Errors      int              `json:"errors"`
+	ErrorSample string           `json:"error_sample,omitempty"`
+}
+
+// Causes with which the monitor ends a wait.
+var (
+	errStuck      = errors.New("stuck: the lock stayed free while this goroutine waited")
+	errDrainLimit = errors.New("still waiting at the drain limit")
+)
+
+// maxErrors stops a goroutine that keeps failing (Redis gone, say) from
+// spinning.
+const maxErrors = 1000
+
+// load is one job being run.
+type load struct {
+	job     Job
+	c       Contender
+	reqs    *Requests
+	clients []LockClient
+	raw     rueidis.Client // counter updates and probes; not counted
+
+	// Monitor state, per goroutine and per lock.
+	waiting  []atomic.Int32 // 1 while in Lock, 2 once the monitor ended the wait
+	cancels  []context.CancelCauseFunc
+	progress []atomic.Int64 // the last acquisition of each lock, mono ns
+
+	probes map[string]int64 // commands the monitor sent, by lower-case name
+
+	mu     sync.Mutex
+	res    WorkerResult
+	errors atomic.Int64
+}
+
+func openLoad(ctx context.Context, job Job) (*load, error) {
+	c, ok := contenderBySlug(job.Contender)
+	if !ok {
+		return nil, fmt.Errorf("unknown contender %q", job.Contender)
+	}
+	l := &load{job: job, c: c, reqs: newRequests(), probes: map[string]int64{}}
+	var err error
+	l.raw, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{job.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	for range job.Clients {
+		lc, err := c.Open(ctx, OpenEnv{Addr: job.Addr, Prefix: job.Prefix, Requests: l.reqs})
+		if err != nil {
+			l.close()
+			return nil, fmt.Errorf("%s: open: %w", c.Slug, err)
+		}
+		l.clients = append(l.clients, lc)
+	}
+	return l, nil
+}
+
+func (l *load) close() {
+	for _, c := range l.clients {
+		_ = c.Close()
+	}
+	l.raw.Close()
+}
+
+func lockName(i int) string { return "L" + strconv.Itoa(i) }
+
+func counterKey(prefix string, lock int) string { return prefix + ":ctr:" + strconv.Itoa(lock) }
+
+// run starts the goroutines, stops starting Lock calls after the job's
+// duration, and returns once every goroutine is done: the waits still open at
+// the deadline drain, and the monitor ends those that are stuck.
+func (l *load) run() WorkerResult {
+	j := l.job
+	l.waiting = make([]atomic.Int32, j.Goroutines)
+	l.cancels = make([]context.CancelCauseFunc, j.Goroutines)
+	l.progress = make([]atomic.Int64, j.Locks)
+	ctxs := make([]context.Context, j.Goroutines)
+	for i := range ctxs {
+		ctxs[i], l.cancels[i] = context.WithCancelCause(context.Background())
+	}
+	l.res = WorkerResult{Worker: j.Worker, Start: mono()}
+	l.res.Deadline = l.res.Start + int64(j.Duration)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range j.Goroutines {
+		wg.Go(func() { l.goroutine(ctxs[i], i) })
+	}
+	go func() { wg.Wait(); close(done) }()
+	l.monitor(done)
+	for _, cancel := range l.cancels {
+		cancel(nil)
+	}
+	l.res.End = mono()
+	l.res.Requests = l.reqs.Snapshot()
+	l.res.Probes = l.probes
+	l.res.Errors = int(l.errors.Load())
+	return l.res
+}
+
+func (l *load) goroutine(ctx context.Context, i int) {
+	j := l.job
+	g := j.FirstG + i
+	lock := g % j.Locks
+	name := lockName(lock)
+	client := l.clients[i%len(l.clients)]
+	counter := counterKey(j.Prefix, lock)
+	var recs []Record
+	var unfinished []Unfinished
+	defer func() {
+		l.mu.Lock()
+		l.res.Records = append(l.res.Records, recs...)
+		l.res.Unfinished = append(l.res.Unfinished, unfinished...)
+		l.mu.Unlock()
+	}()
+	for mono() < l.res.Deadline && ctx.Err() == nil {
+		start := mono()
+		l.waiting[i].Store(1)
+		waitCtx, cancel := context.WithTimeout(ctx, j.Wait)
+		held, err := client.Lock(waitCtx, name)
+		acq := mono()
+		ended := !l.waiting[i].CompareAndSwap(1, 0)
+		if err != nil || ended {
+			reason := "error"
+			switch {
+			case ended || ctx.Err() != nil:
+				reason = "drain-limit"
+				if errors.Is(context.Cause(ctx), errStuck) {
+					reason = "stuck"
+				}
+			case waitCtx.Err() != nil:
+				reason = "wait-timeout"
+			default:
+				l.noteError(fmt.Errorf("lock: %w", err))
+			}
+			if err == nil { // acquired just as the monitor gave up on it
+				l.unlock(held)
+			}
+			cancel()
+			unfinished = append(unfinished, Unfinished{G: g, Lock: lock, Start: start, End: acq, Reason: reason})
+			if reason == "error" && l.errors.Load() < maxErrors {
+				continue
+			}
+			return
+		}
+		l.progress[lock].Store(acq)
+		inc := int64(0)
+		if err := increment(l.raw, counter); err != nil {
+			l.noteError(err)
+		} else {
+			inc = 1
+		}
+		if j.Hold > 0 {
+			time.Sleep(j.Hold) // the critical section: this is the workload
+		}
+		rel := mono()
+		l.unlock(held)
+		end := mono()
+		cancel()
+		recs = append(recs, Record{int64(g), int64(lock), start, acq, rel, end, inc})
+	}
+}
+
+func (l *load) unlock(h Held) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Unlock(ctx); err != nil {
+		l.noteError(fmt.Errorf("unlock: %w", err))
+	}
+}
+
+func (l *load) noteError(err error) {
+	if l.errors.Add(1) == 1 {
+		l.mu.Lock()
+		l.res.ErrorSample = err.Error()
+		l.mu.Unlock()
+	}
+}
+
+// increment is a deliberately non-atomic counter++ (GET, then SET): it loses
+// updates unless the lock really excludes everybody else.
+func increment(rc rueidis.Client, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		v, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("counter GET: %w", err)
+	}
+	if err := rc.Do(ctx, rc.B().Set().Key(key).Value(strconv.FormatInt(v+1, 10)).Build()).Error(); err != nil {
+		return fmt.Errorf("counter SET: %w", err)
+	}
+	return nil
+}
+
+// monitorTick is how often the monitor looks at the waits left after the
+// deadline.
+const monitorTick = 50 * time.Millisecond
+
+// monitor returns when every goroutine is done. After the deadline it probes
+// each lock that goroutines of this worker still wait for, reading the lock's
+// keys and its counter (which every acquisition, in any worker, increments): a
+// lock seen free at every probe for StuckAfter while its counter did not move
+// has stuck waiters, whose waits the monitor ends. At the drain limit it ends
+// every wait left.
+func (l *load) monitor(done <-chan struct{}) {
+	if wait := time.Duration(l.res.Deadline - mono()); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	ticker := time.NewTicker(monitorTick)
+	defer ticker.Stop()
+	type watch struct {
+		freeSince int64 // first probe of the current free, idle stretch
+		counter   int64
+	}
+	watches := map[int]*watch{}
+	limit := l.res.Deadline + int64(l.job.DrainLimit)
+	for {
+		select {
+		case <-done:
+			return
+		case <-ticker.C:
+		}
+		now := mono()
+		blocked := map[int][]int{} // lock -> goroutines
+		for i := range l.waiting {
+			if l.waiting[i].Load() == 1 {
+				lock := (l.job.FirstG + i) % l.job.Locks
+				blocked[lock] = append(blocked[lock], i)
+			}
+		}
+		if now > limit {
+			for _, gs := range blocked {
+				l.end(gs, errDrainLimit)
+			}
+			continue
+		}
+		states := l.probe(blocked)
+		for lock, gs := range blocked {
+			st, w := states[lock], watches[lock]
+			switch {
+			case !st.ok:
+			case w == nil || !st.free || st.counter != w.counter:
+				// First look, held, or taken and given back since the last look.
+				watches[lock] = &watch{counter: st.counter}
+				if st.free {
+					watches[lock].freeSince = now
+				}
+			case w.freeSince == 0:
+				w.freeSince = now
+			case time.Duration(now-w.freeSince) >= l.job.StuckAfter:
+				l.end(gs, errStuck)
+			}
+		}
+	}
+}
+
+// end ends the waits of goroutines gs with cause.
+func (l *load) end(gs []int, cause error) {
+	for _, i := range gs {
+		if l.waiting[i].CompareAndSwap(1, 2) {
+			l.cancels[i](cause)
+		}
+	}
+}
+
+// lockState is what a probe saw of one lock.
+type lockState struct {
+	ok      bool // the probe worked
+	free    bool
+	counter int64
+}
+
+// probe reads the keys and the counter of each lock. Its commands are
+// counted, so that they can be left out of the server-side command counts.
+func (l *load) probe(locks map[int][]int) map[int]lockState {
+	type item struct {
+		lock   int
+		n      int
+		quorum int
+	}
+	var items []item
+	var cmds rueidis.Commands
+	for lock := range locks {
+		keys, quorum := l.c.Keys(l.job.Prefix, lockName(lock))
+		items = append(items, item{lock: lock, n: len(keys), quorum: quorum})
+		for _, k := range keys {
+			cmds = append(cmds, l.raw.B().Exists().Key(k).Build())
+			l.probes["exists"]++
+		}
+		cmds = append(cmds, l.raw.B().Get().Key(counterKey(l.job.Prefix, lock)).Build())
+		l.probes["get"]++
+	}
+	states := map[int]lockState{}
+	if len(cmds) == 0 {
+		return states
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resps := l.raw.DoMulti(ctx, cmds...)
+	k := 0
+	for _, it := range items {
+		st := lockState{ok: true}
+		exist := 0
+		for range it.n {
+			n, err := resps[k].AsInt64()
+			k++
+			if err != nil {
+				st.ok = false
+			}
+			exist += int(n)
+		}
+		st.free = exist < it.quorum
+		n, err := resps[k].AsInt64()
+		k++
+		if err != nil && !rueidis.IsRedisNil(err) {
+			st.ok = false
+		}
+		st.counter = n
+		states[it.lock] = st
+	}
+	return states
+}

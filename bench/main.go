@@ -1,0 +1,377 @@
+// Command bench runs rlock.Mutex and its peers side by side against one
+// Redis and reports what each lock costs: throughput, waits, hand-off
+// latency, Redis commands and CPU per acquisition, fairness, and whether it
+// stayed correct and left nobody waiting on a free lock.
+//
+// Without REDIS_ADDR it starts a throwaway redis-server on a free loopback
+// port. Every contender runs every scenario in every round, interleaved (the
+// order rotates between rounds), and the report gives the median over the
+// rounds. Multi-client points run each client in its own OS process (the
+// bench re-executes itself with -worker).
+//
+// Usage (from bench/):
+//
+//	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff]
+//
+// It writes results/results.json and results/chart.png, and exits 1 when a
+// contender lost a counter update, let two holders overlap, left a waiter
+// stuck on a free lock (unless listed in -known-stuck), or the bench failed.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
+)
+
+type config struct {
+	quick       bool
+	rounds      int
+	duration    time.Duration
+	manyFactor  float64
+	wait        time.Duration
+	stuckAfter  time.Duration
+	drainLimit  time.Duration
+	contenders  []string
+	scenarios   []string
+	hotClients  []int
+	hotG        int
+	manyLocks   int
+	manyWaiters int
+	holds       []time.Duration
+	pings       int
+	out         string
+	knownStuck  []string
+}
+
+func main() {
+	for _, a := range os.Args[1:] {
+		if a == "-worker" || a == "--worker" {
+			os.Exit(workerMain())
+		}
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	var cfg config
+	var contenders, scenarios, hotClients, holds, knownStuck string
+	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about a minute); explicit flags still win")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; every contender runs every point once per round, and the report gives medians")
+	flag.DurationVar(&cfg.duration, "duration", time.Second, "how long each run starts Lock calls; waits open at the end drain")
+	flag.Float64Var(&cfg.manyFactor, "many-factor", 2, "the many-locks runs last this many times -duration (10,000 goroutines take a while to get going)")
+	flag.DurationVar(&cfg.wait, "wait", 30*time.Second, "bound of every Lock call")
+	flag.DurationVar(&cfg.stuckAfter, "stuck-after", time.Second, "after the run, a waiter whose lock stayed free (probed every 50ms) this long while nobody took it is stuck")
+	flag.DurationVar(&cfg.drainLimit, "drain-limit", 3*time.Second, "after the run, waits still open this long are cut (reported, not a failure)")
+	flag.StringVar(&contenders, "contenders", "", "comma-separated contender slugs (default: all)")
+	flag.StringVar(&scenarios, "scenarios", "hot,many,handoff", "comma-separated scenarios: hot, many, handoff")
+	flag.StringVar(&hotClients, "hot-clients", "1,4,16", "client counts of the hot-lock scenario, each client its own process")
+	flag.IntVar(&cfg.hotG, "hot-goroutines", 64, "goroutines in all in the hot-lock scenario")
+	flag.IntVar(&cfg.manyLocks, "many-locks", 1000, "locks in the many-locks scenario")
+	flag.IntVar(&cfg.manyWaiters, "many-waiters", 10, "goroutines per lock in the many-locks scenario")
+	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter GET+SET)")
+	flag.IntVar(&cfg.pings, "pings", 2000, "sequential PINGs measuring the loopback floor each round")
+	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png")
+	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
+	flag.Bool("worker", false, "internal: serve jobs on stdin (the bench starts its workers so)")
+	flag.Parse()
+
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.quick {
+		if !set["rounds"] {
+			cfg.rounds = 1
+		}
+		if !set["duration"] {
+			cfg.duration = 250 * time.Millisecond
+		}
+		if !set["drain-limit"] {
+			cfg.drainLimit = 1500 * time.Millisecond
+		}
+		if !set["pings"] {
+			cfg.pings = 500
+		}
+	}
+	var err error
+	if cfg.contenders, err = pickContenders(contenders); err == nil {
+		cfg.scenarios, err = pickScenarios(scenarios)
+	}
+	if err == nil {
+		cfg.hotClients, err = parseInts(hotClients)
+	}
+	if err == nil {
+		cfg.holds, err = parseDurations(holds)
+	}
+	cfg.knownStuck = splitList(knownStuck)
+	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
+		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1) {
+		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters and -pings must be positive")
+	}
+	if err == nil && cfg.stuckAfter >= cfg.drainLimit {
+		err = errors.New("-stuck-after must be shorter than -drain-limit, or stuck waiters would be reported as cut")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, failed, err := runBench(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(os.Stderr, "bench: interrupted")
+			return 130
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	_ = rep
+	if failed {
+		fmt.Fprintln(os.Stderr, "bench: FAIL: a contender broke mutual exclusion or left waiters stuck (see Findings)")
+		return 1
+	}
+	return 0
+}
+
+func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
+	srv, shared, err := openRedis(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer srv.Close()
+	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return nil, false, err
+	}
+	defer raw.Close()
+	b := &bench{addr: srv.Addr(), raw: raw, pool: &workerPool{}, prefix: "relock-bench:" + rand.Text()[:8], cfg: cfg}
+	defer b.pool.close()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.cleanUp(cctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: clean-up:", err)
+		}
+	}()
+
+	points := buildPoints(cfg)
+	var cs []Contender
+	for _, slug := range cfg.contenders {
+		c, _ := contenderBySlug(slug)
+		cs = append(cs, c)
+	}
+	rep := newReport(cfg, points, cs)
+	rep.Server = b.serverInfo(ctx)
+	rep.Server["addr"] = srv.Addr()
+	if shared {
+		rep.Server["source"] = "REDIS_ADDR (shared: counts include other traffic)"
+	} else {
+		rep.Server["source"] = "throwaway redis-server"
+	}
+	fmt.Printf("redis %s at %s (%s); %d CPUs, %s\n", rep.Server["redis_version"], srv.Addr(), rep.Server["source"], runtime.NumCPU(), runtime.Version())
+	rep.Module = moduleState()
+	fmt.Printf("relock %s\n", rep.Module)
+	fmt.Printf("%d rounds x %d points x %d contenders, runs of %v (many-locks %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
+		cfg.rounds, len(points), len(cs), cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.wait, cfg.stuckAfter, cfg.drainLimit)
+
+	total := cfg.rounds * len(points) * len(cs)
+	n := 0
+	start := time.Now()
+	for round := 1; round <= cfg.rounds; round++ {
+		p50, p99, err := b.pingFloor(ctx, cfg.pings)
+		if err != nil {
+			return nil, false, err
+		}
+		rep.Pings = append(rep.Pings, PingFloor{Round: round, P50: p50, P99: p99})
+		fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99))
+		for pi, pt := range points {
+			// Rotate the order every point and round, so that no contender
+			// always runs first (cold) or right after a heavy one.
+			k := (round - 1 + pi) % len(cs)
+			order := append(slices.Clone(cs[k:]), cs[:k]...)
+			for _, c := range order {
+				n++
+				r, err := b.runPoint(ctx, pt, c, round)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil, false, ctx.Err()
+					}
+					fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+					r = Result{Contender: c.Slug, Round: round, Errors: 1, ErrorMsg: err.Error()}
+				}
+				rep.add(pi, r)
+				fmt.Printf("[%3d/%d %5.0fs] %-22s %-17s %8.0f acq/s  wait p99 %8s  %5.1f req/acq  %s\n",
+					n, total, time.Since(start).Seconds(), pt.Label, c.Name, r.PerSecond, fmtMs(r.WaitP99), r.RequestsPerAcq, r.verdict())
+			}
+		}
+	}
+	rep.finish()
+	rep.Elapsed = time.Since(start).Seconds()
+
+	fmt.Println()
+	rep.printTable(os.Stdout)
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return rep, true, err
+	}
+	jsonPath, pngPath := filepath.Join(cfg.out, "results.json"), filepath.Join(cfg.out, "chart.png")
+	if err := rep.writeJSON(jsonPath); err != nil {
+		return rep, true, err
+	}
+	if err := rep.writeChart(pngPath); err != nil {
+		return rep, true, err
+	}
+	fmt.Printf("\nwrote %s and %s (%.0fs)\n", jsonPath, pngPath, rep.Elapsed)
+	failed := rep.printFindings(os.Stdout)
+	return rep, failed, nil
+}
+
+// openRedis returns the server named by REDIS_ADDR (shared is true then), or
+// starts a throwaway one.
+func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err error) {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		srv, err := redistest.Attach(ctx, addr)
+		return srv, true, err
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, false, errors.New("redis-server not found in PATH: install it (apt-get install -y redis-server) or set REDIS_ADDR=host:port")
+	}
+	srv, err = redistest.StartServer(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("start redis-server: %w", err)
+	}
+	return srv, false, nil
+}
+
+func buildPoints(cfg config) []Point {
+	var pts []Point
+	for _, sc := range cfg.scenarios {
+		for _, hold := range cfg.holds {
+			h := "hold " + fmtHold(hold)
+			switch sc {
+			case "hot":
+				for _, c := range cfg.hotClients {
+					pts = append(pts, Point{Scenario: "hot", Label: fmt.Sprintf("hot %dc/%dg %s", c, cfg.hotG, h),
+						Workers: c, ClientsPerWorker: 1, Goroutines: cfg.hotG / c * c, Locks: 1, Hold: hold})
+				}
+			case "many":
+				pts = append(pts, Point{Scenario: "many", Label: fmt.Sprintf("many %dx%d %s", cfg.manyLocks, cfg.manyWaiters, h),
+					Workers: 1, ClientsPerWorker: 1, Goroutines: cfg.manyLocks * cfg.manyWaiters, Locks: cfg.manyLocks, Hold: hold,
+					Duration: time.Duration(float64(cfg.duration) * cfg.manyFactor)})
+			case "handoff":
+				pts = append(pts, Point{Scenario: "handoff", Label: "handoff 4c/8g " + h,
+					Workers: 1, ClientsPerWorker: 4, Goroutines: 8, Locks: 1, Hold: hold})
+			}
+		}
+	}
+	return pts
+}
+
+func fmtHold(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return d.String()
+}
+
+func pickContenders(list string) ([]string, error) {
+	if list == "" {
+		var all []string
+		for _, c := range registry {
+			all = append(all, c.Slug)
+		}
+		return all, nil
+	}
+	out := splitList(list)
+	for _, s := range out {
+		if _, ok := contenderBySlug(s); !ok {
+			var all []string
+			for _, c := range registry {
+				all = append(all, c.Slug)
+			}
+			return nil, fmt.Errorf("unknown contender %q (have: %s)", s, strings.Join(all, ", "))
+		}
+	}
+	return out, nil
+}
+
+func pickScenarios(list string) ([]string, error) {
+	out := splitList(list)
+	for _, s := range out {
+		if s != "hot" && s != "many" && s != "handoff" {
+			return nil, fmt.Errorf("unknown scenario %q (have: hot, many, handoff)", s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no scenario")
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range splitList(s) {
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("bad duration %q", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// moduleState describes the relock tree the bench was built from: the
+// commit of the parent directory and whether it had uncommitted changes.
+func moduleState() string {
+	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "(commit unknown)"
+	}
+	s := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		s += " + uncommitted changes"
+	}
+	return s
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// bench is the parent's state: the Redis under test, the raw client that
+// reads its statistics, and the worker processes.
+type bench struct {
+	addr   string
+	raw    rueidis.Client // uncounted: INFO, counters, PING, clean-up
+	pool   *workerPool
+	prefix string // of every key of this bench run
+	cfg    config
+	seq    int
+}
+
+// snapshot is INFO commandstats and cpu at one moment.
+type snapshot struct {
+	commands map[string]int64
+	cpu      float64
+}
+
+func (b *bench) info(ctx context.Context, sections ...string) (string, error) {
+	return b.raw.Do(ctx, b.raw.B().Info().Section(sections...).Build()).ToString()
+}
+
+func (b *bench) snapshot(ctx context.Context) (snapshot, error) {
+	text, err := b.info(ctx, "commandstats", "cpu")
+	if err != nil {
+		return snapshot{}, fmt.Errorf("INFO: %w", err)
+	}
+	s := snapshot{commands: map[string]int64{}}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		name, fields, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "cmdstat_"):
+			for field := range strings.SplitSeq(fields, ",") {
+				if v, ok := strings.CutPrefix(field, "calls="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						return s, fmt.Errorf("INFO commandstats line %q: %w", line, err)
+					}
+					s.commands[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = n
+				}
+			}
+		case name == "used_cpu_user" || name == "used_cpu_sys":
+			v, err := strconv.ParseFloat(fields, 64)
+			if err != nil {
+				return s, fmt.Errorf("INFO cpu line %q: %w", line, err)
+			}
+			s.cpu += v
+		}
+	}
+	return s, nil
+}
+
+func delta(before, after snapshot) serverDelta {
+	d := serverDelta{commands: map[string]int64{}, cpu: after.cpu - before.cpu}
+	for name, n := range after.commands {
+		if x := n - before.commands[name]; x > 0 {
+			d.commands[name] = x
+		}
+	}
+	return d
+}
+
+// serverInfo returns a few facts about the server for the report.
+func (b *bench) serverInfo(ctx context.Context) map[string]string {
+	text, err := b.info(ctx, "server")
+	out := map[string]string{}
+	if err != nil {
+		return out
+	}
+	for line := range strings.Lines(text) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "redis_version" || k == "os" || k == "arch_bits" || k == "io_threads_active") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// runPoint runs contender c at point pt: it hands the jobs to the workers,
+// starts them together, and aggregates what they and Redis report.
+func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) (Result, error) {
+	began := time.Now()
+	b.seq++
+	prefix := fmt.Sprintf("%s:%d:%s", b.prefix, b.seq, c.Slug)
+	ws, err := b.pool.get(pt.Workers)
+	if err != nil {
+		return Result{}, err
+	}
+	fail := func(err error) (Result, error) {
+		b.pool.discard(ws) // their state is unknown: start afresh next time
+		return Result{}, fmt.Errorf("%s at %s: %w", c.Slug, pt.Label, err)
+	}
+	perWorker := pt.Goroutines / pt.Workers
+	duration := b.cfg.duration
+	if pt.Duration > 0 {
+		duration = pt.Duration
+	}
+	for i, w := range ws {
+		job := Job{
+			Contender:  c.Slug,
+			Addr:       b.addr,
+			Prefix:     prefix,
+			Worker:     i,
+			Clients:    pt.ClientsPerWorker,
+			Goroutines: perWorker,
+			FirstG:     i * perWorker,
+			Locks:      pt.Locks,
+			Hold:       pt.Hold,
+			Duration:   duration,
+			Wait:       b.cfg.wait,
+			StuckAfter: b.cfg.stuckAfter,
+			DrainLimit: b.cfg.drainLimit,
+		}
+		if err := w.send(toWorker{Cmd: "job", Job: &job}); err != nil {
+			return fail(err)
+		}
+	}
+	if err := recvAll(ctx, ws, "ready", time.Minute); err != nil {
+		return fail(err)
+	}
+	before, err := b.snapshot(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	for _, w := range ws {
+		if err := w.send(toWorker{Cmd: "go"}); err != nil {
+			return fail(err)
+		}
+	}
+	results := make([]WorkerResult, len(ws))
+	var mu sync.Mutex
+	err = recvEach(ctx, ws, "result", duration+b.cfg.drainLimit+time.Minute, func(i int, m fromWorker) {
+		mu.Lock()
+		results[i] = *m.Result
+		mu.Unlock()
+	})
+	if err != nil {
+		return fail(err)
+	}
+	after, err := b.snapshot(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	for _, w := range ws {
+		if err := w.send(toWorker{Cmd: "close"}); err != nil {
+			return fail(err)
+		}
+	}
+	if err := recvAll(ctx, ws, "closed", time.Minute); err != nil {
+		return fail(err)
+	}
+	counters, err := b.counters(ctx, prefix, pt.Locks)
+	if err != nil {
+		return fail(err)
+	}
+	r := aggregate(pt, c.Slug, results, delta(before, after), counters)
+	r.Round = round
+	r.Seconds = time.Since(began).Seconds()
+	return r, nil
+}
+
+func recvAll(ctx context.Context, ws []*workerProc, want string, timeout time.Duration) error {
+	return recvEach(ctx, ws, want, timeout, func(int, fromWorker) {})
+}
+
+// recvEach waits for message want from every worker, in parallel.
+func recvEach(ctx context.Context, ws []*workerProc, want string, timeout time.Duration, fn func(int, fromWorker)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			m, err := w.recv(ctx, want)
+			if err != nil {
+				errs[i] = fmt.Errorf("worker %d: %w", i, err)
+				return
+			}
+			fn(i, m)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// counters reads the shared counters of a run (missing ones are 0).
+func (b *bench) counters(ctx context.Context, prefix string, locks int) (map[int]int64, error) {
+	out := map[int]int64{}
+	const batch = 500
+	for from := 0; from < locks; from += batch {
+		keys := make([]string, 0, batch)
+		for i := from; i < min(from+batch, locks); i++ {
+			keys = append(keys, counterKey(prefix, i))
+		}
+		vals, err := b.raw.Do(ctx, b.raw.B().Mget().Key(keys...).Build()).ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("read counters: %w", err)
+		}
+		for i, v := range vals {
+			n, err := v.AsInt64()
+			if rueidis.IsRedisNil(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read counter %s: %w", keys[i], err)
+			}
+			out[from+i] = n
+		}
+	}
+	return out, nil
+}
+
+// pingFloor measures n sequential PING round trips on the raw client: the
+// loopback floor under every other figure.
+func (b *bench) pingFloor(ctx context.Context, n int) (p50, p99 float64, err error) {
+	rtts := make([]int64, 0, n)
+	for range n {
+		t0 := mono()
+		if err := b.raw.Do(ctx, b.raw.B().Ping().Build()).Error(); err != nil {
+			return 0, 0, fmt.Errorf("PING: %w", err)
+		}
+		rtts = append(rtts, mono()-t0)
+	}
+	slices.Sort(rtts)
+	return ms(percentile(rtts, 0.5)), ms(percentile(rtts, 0.99)), nil
+}
+
+// cleanUp deletes the keys of this bench run, which matters on a shared
+// server (REDIS_ADDR): fencing counters and latches outlive their locks.
+func (b *bench) cleanUp(ctx context.Context) error {
+	var cursor uint64
+	for {
+		e, err := b.raw.Do(ctx, b.raw.B().Scan().Cursor(cursor).Match(b.prefix+":*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return err
+		}
+		if len(e.Elements) > 0 {
+			if err := b.raw.Do(ctx, b.raw.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+				return err
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return nil
+		}
+	}
+}

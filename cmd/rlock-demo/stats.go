@@ -1,0 +1,314 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// result is what one run measured.
+type result struct {
+	name       string
+	clients    int
+	elapsed    time.Duration
+	acquired   int64            // successful Lock calls, counted locally
+	perGo      []int64          // acquisitions of each goroutine; goroutine g used client g%clients
+	waits      []time.Duration  // Lock call to success, one per acquisition
+	longestCut time.Duration    // the longest wait still unfinished when the run ended
+	idle       time.Duration    // mean time the lock sat free between a release and the next acquisition
+	retaken    float64          // fraction of acquisitions by the goroutine that held the lock just before
+	reqs       map[string]int64 // requests the lockers sent during the run, by command name
+	lockReqs   int64            // their sum (the counter's GET and SET are not among them)
+	cmds       map[string]int64 // commands the server ran during the run, by name, including inside scripts
+	allCmds    int64            // their sum
+	lockCmds   int64            // allCmds less the counter's GET and SET
+	counter    int64            // the shared counter's final value in Redis
+}
+
+func (r *result) rate() float64 { return float64(r.acquired) / r.elapsed.Seconds() }
+
+// lost is how many read-modify-write updates of the counter went missing. Only
+// a lock that let two holders in at once can lose one.
+func (r *result) lost() int64 { return r.acquired - r.counter }
+
+func (r *result) perAcq(n int64) float64 {
+	if r.acquired == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.acquired)
+}
+
+// sortedWaits returns the completed waits in increasing order.
+func (r *result) sortedWaits() []time.Duration {
+	w := slices.Clone(r.waits)
+	slices.Sort(w)
+	return w
+}
+
+// starved is how many goroutines never got the lock.
+func (r *result) starved() int {
+	n := 0
+	for _, x := range r.perGo {
+		if x == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// topClientShare is the busiest client's fraction of all acquisitions; with
+// fair hand-offs it would be about 1/clients.
+func (r *result) topClientShare() float64 {
+	per := make([]int64, r.clients)
+	for g, x := range r.perGo {
+		per[g%r.clients] += x
+	}
+	if r.acquired == 0 {
+		return 0
+	}
+	return float64(slices.Max(per)) / float64(r.acquired)
+}
+
+// percentile returns the p-th percentile (0..1) of sorted, nearest-rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
+// takes everything. It shows whether every goroutine got its turn.
+func jain(xs []int64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
+
+// printTable prints the hot-phase runs side by side, one row per measure.
+func printTable(rs ...*result) {
+	waits := make([][]time.Duration, len(rs))
+	for i, r := range rs {
+		waits[i] = r.sortedWaits()
+	}
+	t := newTable(len(rs))
+	row := func(label string, cell func(i int, r *result) string) {
+		t.row(label, func(i int) string { return cell(i, rs[i]) })
+	}
+	row("", func(_ int, r *result) string { return r.name })
+	row("acquisitions/s", func(_ int, r *result) string { return fmt.Sprintf("%.0f", r.rate()) })
+	row("acquisitions", func(_ int, r *result) string { return fmt.Sprint(r.acquired) })
+	row("wait p50", func(i int, _ *result) string { return fmtDur(percentile(waits[i], 0.5)) })
+	row("wait p99", func(i int, _ *result) string { return fmtDur(percentile(waits[i], 0.99)) })
+	row("wait max", func(i int, r *result) string { return fmtMaxWait(r, waits[i]) })
+	row("lock idle between holders (mean)", func(_ int, r *result) string { return fmtDur(r.idle) })
+	row("Redis requests / acquisition", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs)) })
+	row("  incl. counter GET+SET", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs+2*r.acquired)) })
+	row("commands run in Redis / acq. (incl. in scripts)", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockCmds)) })
+	row("counter", func(_ int, r *result) string { return fmtCounter(r.lost()) })
+	row("fairness (Jain)", func(_ int, r *result) string { return fmt.Sprintf("%.2f", jain(r.perGo)) })
+	row("goroutines never served", func(_ int, r *result) string { return fmt.Sprintf("%d of %d", r.starved(), len(r.perGo)) })
+	row("busiest client's share", func(_ int, r *result) string { return fmt.Sprintf("%.0f%%", 100*r.topClientShare()) })
+	t.print()
+}
+
+// printBlockedTable prints the blocked-waiters runs side by side.
+func printBlockedTable(bs ...*blockedResult) {
+	t := newTable(len(bs))
+	row := func(label string, cell func(b *blockedResult) string) {
+		t.row(label, func(i int) string { return cell(bs[i]) })
+	}
+	row("", func(b *blockedResult) string { return b.name })
+	row("blocked waiters", func(b *blockedResult) string { return fmt.Sprint(b.waiters) })
+	row("requests / waiter / s while blocked", func(b *blockedResult) string { return fmt.Sprintf("%.2f", b.perWaiterRate()) })
+	row("  all waiters, requests/s", func(b *blockedResult) string {
+		return fmt.Sprintf("%.0f", float64(b.reqs)/max(b.window.Seconds(), 1e-9))
+	})
+	row("wake-up after Unlock returned", func(b *blockedResult) string { return fmtDur(b.wake) })
+	row("every waiter served after", func(b *blockedResult) string { return fmtDur(b.drain) })
+	row("counter", func(b *blockedResult) string { return fmtCounter(b.lost()) })
+	t.print()
+}
+
+// fmtMaxWait is the longest wait of a run. A goroutine still waiting at the
+// end waited at least as long as it had so far; a starved goroutine would
+// otherwise not show up at all.
+func fmtMaxWait(r *result, sorted []time.Duration) string {
+	if m := percentile(sorted, 1); m >= r.longestCut {
+		return fmtDur(m)
+	}
+	return "≥" + fmtDur(r.longestCut) + " (unfinished)"
+}
+
+func fmtCounter(lost int64) string {
+	if lost == 0 {
+		return "exact"
+	}
+	return fmt.Sprintf("LOST %d UPDATES", lost)
+}
+
+// table collects rows of a label and one cell per column, and prints each
+// column right-aligned to its widest cell.
+type table struct {
+	cols int
+	rows [][]string
+}
+
+func newTable(cols int) *table { return &table{cols: cols} }
+
+func (t *table) row(label string, cell func(i int) string) {
+	cells := []string{label}
+	for i := range t.cols {
+		cells = append(cells, cell(i))
+	}
+	t.rows = append(t.rows, cells)
+}
+
+func (t *table) print() {
+	widths := make([]int, t.cols+1)
+	for _, cells := range t.rows {
+		for i, c := range cells {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, cells := range t.rows {
+		line := fmt.Sprintf("%-*s", widths[0], cells[0])
+		for i, c := range cells[1:] {
+			line += fmt.Sprintf("   %*s", widths[i+1], c) // fmt pads by runes, like the widths
+		}
+		fmt.Println(strings.TrimRight(line, " "))
+	}
+}
+
+// printCommands lists a run's requests and commands per acquisition, most
+// frequent first, for readers who want to know where the counts come from.
+func printCommands(r *result) {
+	fmt.Printf("%s, per acquisition (counter GET+SET excluded from requests, included in commands):\n", r.name)
+	fmt.Printf("  %-34s %s\n", "Redis requests sent", "commands run in Redis")
+	reqs, cmds := byCount(r.reqs), byCount(r.cmds)
+	for i := range max(len(reqs), len(cmds)) {
+		left, right := "", ""
+		if i < len(reqs) {
+			left = fmt.Sprintf("%-16s %7.2f", strings.ToLower(reqs[i]), r.perAcq(r.reqs[reqs[i]]))
+		}
+		if i < len(cmds) {
+			right = fmt.Sprintf("%-16s %7.2f", cmds[i], r.perAcq(r.cmds[cmds[i]]))
+		}
+		fmt.Printf("  %-34s %s\n", left, right)
+	}
+}
+
+// byCount returns the names of m, highest count first.
+func byCount(m map[string]int64) []string {
+	return slices.SortedFunc(maps.Keys(m), func(a, b string) int {
+		return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b))
+	})
+}
+
+// fmtDur rounds d to about three significant digits.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
+}
+
+// interpret prints a few sentences that read the tables for the reader. Every
+// comparison is computed from the numbers, so it stays true when they change.
+func interpret(mutex, spin *result, bm, bs *blockedResult) {
+	// Blocked waiters: what waiting costs Redis.
+	spinAll := float64(bs.reqs) / max(bs.window.Seconds(), 1e-9)
+	if bm.reqs == 0 {
+		fmt.Printf("Blocked: while the lock was held, the %d %s waiters sent no requests at all; the %d spinning waiters sent %.2f requests/s each, %.0f/s in all.\n",
+			bm.waiters, mutex.name, bs.waiters, bs.perWaiterRate(), spinAll)
+	} else {
+		fmt.Printf("Blocked: while the lock was held, each %s waiter sent %.2f requests/s, each spinning waiter %.2f/s (%s: %s), %.0f/s in all.\n",
+			mutex.name, bm.perWaiterRate(), bs.perWaiterRate(), mutex.name,
+			ratio(bm.perWaiterRate(), bs.perWaiterRate(), "fewer", "more"), spinAll)
+	}
+
+	// Wake-up: how soon a release is noticed.
+	fmt.Printf("Wake-up: the first waiter had the lock %s after the holder's Unlock returned with %s, %s spinning (%s: %s); "+
+		"a spinning waiter only notices at its next poll, up to %v apart with this backoff. All %d waiters had had it once after %s and %s.\n",
+		fmtDur(bm.wake), mutex.name, fmtDur(bs.wake), mutex.name, ratio(bm.wake.Seconds(), bs.wake.Seconds(), "sooner", "later"),
+		spinMaxBackoff, bm.waiters, fmtDur(bm.drain), fmtDur(bs.drain))
+
+	// Starvation under the hot load.
+	fmt.Printf("Starvation: under the hot load %d of %d goroutines never got the lock with %s, %d spinning; the longest wait was %s and %s.\n",
+		mutex.starved(), len(mutex.perGo), mutex.name, spin.starved(),
+		fmtMaxWait(mutex, mutex.sortedWaits()), fmtMaxWait(spin, spin.sortedWaits()))
+
+	// Requests per acquisition.
+	mr, sr := mutex.perAcq(mutex.lockReqs), spin.perAcq(spin.lockReqs)
+	fmt.Printf("Requests: under the hot load %s sent %.1f Redis requests per acquisition, the spin lock %.1f (%s: %s)",
+		mutex.name, mr, sr, mutex.name, ratio(mr, sr, "fewer", "more"))
+	if mr > 1.05*sr {
+		fmt.Printf("; the spin lock needs fewer here. A release wakes one waiter in each of the %d %s clients, and all but one find the lock taken again",
+			mutex.clients, mutex.name)
+	}
+	fmt.Printf(". Counting the commands run inside scripts, Redis ran %.1f and %.1f commands per acquisition.\n",
+		mutex.perAcq(mutex.lockCmds), spin.perAcq(spin.lockCmds))
+
+	// Throughput.
+	fmt.Printf("Throughput: %s made %.0f acquisitions/s, the spin lock %.0f (%s: %s)",
+		mutex.name, mutex.rate(), spin.rate(), mutex.name, ratio(mutex.rate(), spin.rate(), "fewer", "more"))
+	if spin.rate() > 1.05*mutex.rate() {
+		fmt.Print("; the spin lock wins here")
+	}
+	fmt.Printf(". The lock sat idle %s between holders with %s, %s spinning; %.0f%% of spin acquisitions went to the goroutine that had just released the lock "+
+		"(no hand-off at all), %.0f%% of %s's.\n",
+		fmtDur(mutex.idle), mutex.name, fmtDur(spin.idle), 100*spin.retaken, 100*mutex.retaken, mutex.name)
+
+	// Fairness across clients.
+	even := 1 / float64(mutex.clients)
+	if mutex.clients > 1 && mutex.topClientShare() > 1.5*even {
+		fmt.Printf("Fairness: one %s client got %.0f%% of the hot acquisitions (an even split is %.0f%%). This is a known cross-process limit of the "+
+			"non-fair Mutex: Redis delivers an unlock message to subscribers in subscription order, so the same client's waiter usually asks first. "+
+			"A Redis-side FIFO queue is planned to address it.\n", mutex.name, 100*mutex.topClientShare(), 100*even)
+	} else {
+		fmt.Printf("Fairness: the busiest %s client got %.0f%% of the hot acquisitions (an even split is %.0f%%).\n",
+			mutex.name, 100*mutex.topClientShare(), 100*even)
+	}
+}
+
+// ratio says how a compares to b: "3.2x fewer", "1.5x more", "about the
+// same", or, when one of them is zero, "0 vs 12.3".
+func ratio(a, b float64, less, more string) string {
+	switch {
+	case a == 0 && b == 0:
+		return "both zero"
+	case a <= 0 || b <= 0:
+		return fmt.Sprintf("%.3g vs %.3g", a, b)
+	case max(a, b)/min(a, b) < 1.05:
+		return "about the same"
+	case a < b:
+		return fmtX(b/a) + " " + less
+	default:
+		return fmtX(a/b) + " " + more
+	}
+}
+
+// fmtX formats a ratio with about two significant digits: "1.3x", "257x".
+func fmtX(x float64) string {
+	if x < 10 {
+		return fmt.Sprintf("%.1fx", x)
+	}
+	return fmt.Sprintf("%.0fx", x)
+}

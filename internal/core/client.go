@@ -1,0 +1,158 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/pubsub"
+)
+
+// Config is what the machinery needs from the public options.
+type Config struct {
+	WatchdogTimeout time.Duration // lease of watchdog holds, renewed every third
+	UnlockTimeout   time.Duration // bound on retried releases and clean-ups
+	NoExpiryPoll    time.Duration // re-check interval for a key without expiry
+	KeyPrefix       string
+}
+
+// Client is one owner identity and its shared machinery.
+type Client struct {
+	RC  rueidis.Client
+	ID  string
+	Cfg Config
+	Mux *pubsub.Multiplexer
+
+	seq atomic.Uint64
+
+	mu        sync.Mutex
+	holds     map[*Hold]struct{}
+	watchdog  bool
+	closed    chan struct{} // no new calls or holds
+	sealed    bool          // no new background work
+	closeOnce sync.Once
+	calls     sync.WaitGroup // calls in flight (Enter/Exit)
+	bg        sync.WaitGroup // background goroutines (Go, watchdog)
+}
+
+// NewClient builds the machinery; cfg must already be valid.
+func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Client, error) {
+	mux, err := pubsub.New(rc, pubsubOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		RC:     rc,
+		ID:     uuid.NewString(),
+		Cfg:    cfg,
+		Mux:    mux,
+		holds:  make(map[*Hold]struct{}),
+		closed: make(chan struct{}),
+	}, nil
+}
+
+// Close stops the watchdog and the multiplexer, ends every hold with a cause
+// matching ErrLeaseLost and ErrClosed, waits for calls in flight to return
+// (waiting ones return ErrClosed) and then for their clean-ups and all other
+// background work.
+func (c *Client) Close() {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		close(c.closed)
+		holds := make([]*Hold, 0, len(c.holds))
+		for h := range c.holds {
+			holds = append(holds, h)
+		}
+		c.mu.Unlock()
+		c.Mux.Close()
+		for _, h := range holds {
+			h.End(fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed))
+		}
+		// Waiters that leave now still get to give up their place in Redis.
+		c.calls.Wait()
+		c.mu.Lock()
+		c.sealed = true
+		c.mu.Unlock()
+	})
+	c.bg.Wait()
+}
+
+// Enter registers a call in flight, which Close waits for; it reports false
+// after Close. Every successful Enter must be paired with Exit.
+func (c *Client) Enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.IsClosed() {
+		return false
+	}
+	c.calls.Add(1)
+	return true
+}
+
+// Exit ends a call registered by Enter.
+func (c *Client) Exit() { c.calls.Done() }
+
+// IsClosed reports whether Close was called.
+func (c *Client) IsClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Go runs fn on a goroutine that Close waits for; it reports false (and does
+// not run fn) once Close has seen every call return.
+func (c *Client) Go(fn func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealed {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// NewID returns an id unique to this Client, for owner fields, permit ids and
+// release requests.
+func (c *Client) NewID() string {
+	return c.ID + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// Register adds h to the live holds, starting the watchdog on first use. It
+// reports false after Close.
+func (c *Client) Register(h *Hold) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.IsClosed() {
+		return false
+	}
+	c.holds[h] = struct{}{}
+	if !c.watchdog {
+		c.watchdog = true
+		c.bg.Add(1)
+		go c.runWatchdog()
+	}
+	return true
+}
+
+func (c *Client) unregister(h *Hold) {
+	c.mu.Lock()
+	delete(c.holds, h)
+	c.mu.Unlock()
+}
+
+// Of returns the machinery behind a public client value (an *rlock.Client);
+// package rlock sets it at init, so that other packages of the module can build
+// on an rlock.Client without rlock exporting its internals.
+var Of func(x any) (*Client, bool)

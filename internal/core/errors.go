@@ -1,0 +1,11 @@
+package core
+
+import "errors"
+
+// Errors that every primitive reports the same way; package rlock re-exports
+// them under the same names, and the semaphore package reuses them.
+var (
+	ErrLeaseLost = errors.New("rlock: lease lost")
+	ErrUnlocked  = errors.New("rlock: unlocked")
+	ErrClosed    = errors.New("rlock: client closed")
+)

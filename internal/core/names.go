@@ -1,0 +1,49 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxNameLength is the longest name or key prefix accepted, in bytes.
+const MaxNameLength = 1024
+
+// ValidateName checks a lock or semaphore name, wrapping invalid in the error.
+// Braces are refused because they would move the hash tag that keeps one
+// primitive's keys and channel in one Redis Cluster slot.
+func ValidateName(name string, invalid error) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty name", invalid)
+	}
+	return validate("name", name, invalid)
+}
+
+// ValidatePrefix checks a key prefix ("" is allowed).
+func ValidatePrefix(prefix string, invalid error) error {
+	return validate("key prefix", prefix, invalid)
+}
+
+func validate(what, s string, invalid error) error {
+	switch {
+	case len(s) > MaxNameLength:
+		return fmt.Errorf("%w: %s is %d bytes, at most %d allowed", invalid, what, len(s), MaxNameLength)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", invalid, what, s)
+	case strings.ContainsAny(s, "{}"):
+		return fmt.Errorf("%w: %s %q contains a brace", invalid, what, s)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s %q contains a control character", invalid, what, s)
+	}
+	return nil
+}
+
+// Base is the common key stem of the primitive called name: every key and
+// channel of it starts with "<prefix>:{name}", sharing the hash tag {name}.
+func Base(prefix, name string) string {
+	if prefix == "" {
+		return "{" + name + "}"
+	}
+	return prefix + ":{" + name + "}"
+}

@@ -1,0 +1,132 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/pubsub"
+)
+
+const (
+	minRetryBackoff = 10 * time.Millisecond
+	maxRetryBackoff = time.Second
+)
+
+// Attempt tries once to get a resource. When the resource is busy it returns
+// how long it is worth sleeping before trying again even if no message comes:
+// the holder's remaining lease. A transient error (see transient) is retried with
+// backoff; any other error ends the wait.
+type Attempt func(ctx context.Context) (ok bool, retryIn time.Duration, err error)
+
+// WaitFor subscribes to channel and runs try until it succeeds, sleeping between
+// tries until a message or reconnect wakes this waiter, retryIn passes, or ctx
+// ends. The subscription is confirmed before the first try, so a release after
+// a failed try always wakes someone.
+//
+// The Waiter is passed to try, which may tag it (see pubsub.Waiter.SetTag) so
+// that a release can wake it by name.
+func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
+	w, err := c.Mux.SubscribeWeighted(ctx, channel, weight)
+	if err != nil {
+		if c.IsClosed() {
+			return ErrClosed
+		}
+		return err
+	}
+	satisfied := false
+	defer func() { w.Leave(satisfied) }()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var lastErr error
+	backoff := time.Duration(0)
+	for {
+		ok, retryIn, err := try(ctx, w)
+		switch {
+		case ok:
+			satisfied = true
+			return nil
+		case err != nil && ctx.Err() == nil && Transient(err):
+			lastErr = err
+			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
+			retryIn = backoff
+		case err != nil:
+			return err
+		default:
+			backoff = 0
+		}
+		timer.Reset(retryIn)
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-w.Done():
+			return ErrClosed
+		case <-ctx.Done():
+			err := CtxError(ctx)
+			if lastErr != nil {
+				err = fmt.Errorf("%w (last error: %v)", err, lastErr)
+			}
+			return err
+		}
+	}
+}
+
+// CtxError is ctx's error, joined with its cause when that says more, so that
+// the result matches both.
+func CtxError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		if cause == nil {
+			return err
+		}
+		return cause
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// RetryAfter turns a holder's PTTL into the longest sleep before re-checking.
+func (c *Client) RetryAfter(pttl int64) time.Duration {
+	if pttl < 0 {
+		return c.Cfg.NoExpiryPoll // no lease to wait out
+	}
+	// One extra millisecond so that the key has really expired when we look.
+	return time.Duration(pttl+1) * time.Millisecond
+}
+
+// Transient tells errors worth retrying: connection failures, and Redis
+// replies that mean "not now" (loading, failover, busy script).
+func Transient(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, rueidis.ErrClosing):
+		return false
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		return re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() ||
+			strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "READONLY")
+	}
+	return true
+}
+
+// RetryTransient runs op until it succeeds, fails for good, or ctx ends.
+func RetryTransient(ctx context.Context, op func() error) error {
+	backoff := minRetryBackoff
+	for {
+		err := op()
+		if err == nil || !Transient(err) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}

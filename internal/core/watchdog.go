@@ -1,0 +1,74 @@
+package core
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// renewBatch caps the holds renewed by one script call, so that one call
+// never blocks Redis for long.
+const renewBatch = 256
+
+// runWatchdog renews every watchdog hold of the Client each third of the
+// watchdog timeout, in batches per Kind. A renewal that finds a hold gone ends
+// it with ErrLeaseLost; a renewal that fails leaves the hold to its expiry
+// timer, which fires when the last confirmed lease runs out.
+func (c *Client) runWatchdog() {
+	defer c.bg.Done()
+	period := c.Cfg.WatchdogTimeout / 3
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			c.renewAll(period)
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+func (c *Client) renewAll(budget time.Duration) {
+	byKind := make(map[*Kind][]*Hold)
+	c.mu.Lock()
+	for h := range c.holds {
+		byKind[h.kind] = append(byKind[h.kind], h)
+	}
+	c.mu.Unlock()
+
+	batch := renewBatch
+	if c.RC.Mode() == rueidis.ClientModeCluster {
+		batch = 1 // keys of different locks live in different slots
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	lease := c.Cfg.WatchdogTimeout
+	for kind, holds := range byKind {
+		for len(holds) > 0 {
+			var group []*Hold
+			for len(holds) > 0 && len(group) < batch {
+				if holds[0].renewable() {
+					group = append(group, holds[0])
+				}
+				holds = holds[1:]
+			}
+			if len(group) == 0 {
+				continue
+			}
+			sentAt := time.Now()
+			renewed, err := kind.Renew(ctx, c, group, lease)
+			if err != nil || len(renewed) != len(group) {
+				continue
+			}
+			for i, h := range group {
+				if renewed[i] == 1 {
+					h.Extend(sentAt, lease)
+				} else {
+					h.gone()
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Package lua holds the Lua scripts that make every lock operation atomic in Redis.
+//
+// Each script is a .lua file in this directory whose opening comment states its
+// KEYS, ARGV and return values. The files are embedded at build time and wrapped
+// once in a rueidis.Lua, which sends EVALSHA and falls back to EVAL when the
+// server does not know the script yet (after a restart or SCRIPT FLUSH).
+package lua
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed mutex_lib.lua
+	mutexLibSrc string
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed forceunlock.lua
+	forceUnlockSrc string
+	//go:embed abandon.lua
+	abandonSrc string
+
+	//go:embed sem_lib.lua
+	semLibSrc string
+	//go:embed sem_acquire.lua
+	semAcquireSrc string
+	//go:embed sem_release.lua
+	semReleaseSrc string
+	//go:embed sem_abandon.lua
+	semAbandonSrc string
+	//go:embed sem_limit.lua
+	semLimitSrc string
+	//go:embed sem_renew.lua
+	semRenewSrc string
+)
+
+// Scripts of the reentrant Mutex. Those that touch its waiter queue share the
+// helpers of mutex_lib.lua, prepended here so that every script stays a single
+// self-contained EVAL.
+var (
+	Acquire     = rueidis.NewLuaScript(mutexLibSrc + acquireSrc)
+	Release     = rueidis.NewLuaScript(mutexLibSrc + releaseSrc)
+	Renew       = rueidis.NewLuaScript(renewSrc)
+	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
+	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
+)
+
+// Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua,
+// prepended here so that every script stays a single self-contained EVAL.
+var (
+	SemAcquire = rueidis.NewLuaScript(semLibSrc + semAcquireSrc)
+	SemRelease = rueidis.NewLuaScript(semLibSrc + semReleaseSrc)
+	SemAbandon = rueidis.NewLuaScript(semLibSrc + semAbandonSrc)
+	SemLimit   = rueidis.NewLuaScript(semLibSrc + semLimitSrc)
+	SemRenew   = rueidis.NewLuaScript(semRenewSrc)
+)

@@ -1,0 +1,24 @@
+-- sem_abandon: give up a waiter or an acquisition with an unknown outcome: take
+-- the id out of the queue, return any permits it holds, and wake the next in
+-- line. The tombstone makes a late sem_acquire.lua for the id refuse.
+--
+-- KEYS[1..6]  the semaphore keys (see sem_lib.lua)
+-- KEYS[7]     tombstone of the permit id
+-- ARGV[1]     permit id
+-- ARGV[2]     tombstone lifetime in milliseconds
+-- ARGV[3]     publish command
+-- ARGV[4]     wake channel
+--
+-- Returns the permits returned to the pool (0 when it held none).
+local id = ARGV[1]
+redis.call('SET', KEYS[7], 1, 'PX', ARGV[2])
+sem_dequeue(id)
+local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+if n > 0 then
+  redis.call('HINCRBY', KEYS[1], 'used', -n)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+sem_reclaim(now_ms())
+sem_wake_head(ARGV[3], ARGV[4])
+return n

@@ -1,0 +1,44 @@
+// Package redistest starts and owns throwaway Redis servers for tests and
+// demo programs.
+//
+// # Core API (no testing dependency)
+//
+// [StartServer] launches a private redis-server process on a free loopback
+// port with persistence disabled and a temporary working directory. The
+// returned [Server] can be killed, restarted on the same port, paused
+// (SIGSTOP) and resumed (SIGCONT) to inject faults, and must be closed with
+// [Server.Close]. [StartServers] starts several independent servers in
+// parallel. [Attach] wraps a server somebody else runs; such a server is not
+// owned and refuses fault injection with [ErrNotOwned].
+//
+// # Test wrappers
+//
+// [New] returns a Redis for ordinary tests and registers its cleanup. It
+// picks, in order:
+//
+//  1. the server named by the REDIS_ADDR environment variable (host:port),
+//     shared and not owned;
+//  2. a private redis-server process, when the binary is on PATH;
+//  3. a private redis:7 container via testcontainers-go, when a Docker
+//     engine answers (Docker is only probed when the binary is missing);
+//  4. otherwise the test fails with instructions; it is never skipped.
+//
+// [Owned] and [NewN] always return servers this process owns (binary, else
+// container), never REDIS_ADDR, for tests that kill, pause or restart Redis.
+// [Client] returns a rueidis client closed at cleanup, and [KeyPrefix] a
+// per-test key prefix for tests that share a server.
+//
+// The well-known port 6379 is never chosen, and owned servers only listen on
+// 127.0.0.1. A restarted server is checked to be our own process, not
+// another server that took the port while ours was down.
+//
+// If the test process dies without cleaning up, Linux kills its redis-server
+// children (parent-death signal), and the next process using this package
+// removes their leftover temporary directories.
+//
+// # Leak checking
+//
+// [VerifyNoLeaks] is meant for TestMain: it runs the tests, then reports
+// goroutines that are still alive after a short grace period and owned
+// servers that were never closed.
+package redistest

@@ -1,0 +1,115 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Do sends one command on a short-lived client and returns the reply. A
+// Redis error reply is returned as the error (a *rueidis.RedisError). If
+// ctx has a deadline it also bounds connecting, so Do on a paused server
+// gives up in time.
+func (s *Server) Do(ctx context.Context, args ...string) (rueidis.RedisMessage, error) {
+	if len(args) == 0 {
+		return rueidis.RedisMessage{}, errors.New("redistest: Do needs a command")
+	}
+	c, err := s.Client(func(o *rueidis.ClientOption) {
+		o.DisableCache = true
+		o.DisableRetry = true
+		o.ClientSetInfo = rueidis.DisableClientSetInfo
+		if d, ok := ctx.Deadline(); ok {
+			left := max(time.Until(d), time.Millisecond)
+			o.Dialer.Timeout = left
+			o.ConnWriteTimeout = left
+		}
+	})
+	if err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	defer c.Close()
+	cmd := c.B().Arbitrary(args[0]).Args(args[1:]...).Build()
+	return c.Do(ctx, cmd).ToMessage()
+}
+
+// CommandStats returns INFO commandstats as calls per command. Names are
+// lower-case as Redis reports them: "get", "evalsha", "publish", and
+// "parent|sub" for subcommands ("client|kill", "config|get"). The commands
+// sent by Do and the client handshake are counted too ("hello", "info").
+// Reset with Do(ctx, "CONFIG", "RESETSTAT").
+func (s *Server) CommandStats(ctx context.Context) (map[string]int64, error) {
+	msg, err := s.Do(ctx, "INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	text, err := msg.ToString()
+	if err != nil {
+		return nil, fmt.Errorf("redistest: INFO commandstats: %w", err)
+	}
+	return parseCommandStats(text)
+}
+
+// parseCommandStats parses lines such as
+// "cmdstat_get:calls=2,usec=5,usec_per_call=2.50,rejected_calls=0,failed_calls=0".
+func parseCommandStats(text string) (map[string]int64, error) {
+	stats := map[string]int64{}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		name, fields, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))
+		for field := range strings.SplitSeq(fields, ",") {
+			v, ok := strings.CutPrefix(field, "calls=")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("redistest: commandstats line %q: %w", line, err)
+			}
+			stats[name] = n
+		}
+	}
+	return stats, nil
+}
+
+// NumSub returns PUBSUB NUMSUB: the number of subscribers per channel
+// (pattern subscriptions are not counted). Channels without subscribers map
+// to 0.
+func (s *Server) NumSub(ctx context.Context, channels ...string) (map[string]int64, error) {
+	msg, err := s.Do(ctx, append([]string{"PUBSUB", "NUMSUB"}, channels...)...)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := msg.AsIntMap()
+	if err != nil {
+		return nil, fmt.Errorf("redistest: PUBSUB NUMSUB: %w", err)
+	}
+	return counts, nil
+}
+
+// KillClients runs CLIENT KILL TYPE typ ("normal", "pubsub", "master" or
+// "replica") and returns how many connections were closed. The connection
+// sending the command is spared. A connection counts as "pubsub" while it
+// has subscriptions, in RESP3 as in RESP2. Beware that rueidis in RESP3 mode
+// (its default) subscribes on its shared command connection, so killing
+// "pubsub" clients drops that connection too; rueidis then reconnects and
+// resubscribes by itself, and Client.Receive does not return.
+func (s *Server) KillClients(ctx context.Context, typ string) (int64, error) {
+	msg, err := s.Do(ctx, "CLIENT", "KILL", "TYPE", typ)
+	if err != nil {
+		return 0, err
+	}
+	n, err := msg.AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("redistest: CLIENT KILL TYPE %s: %w", typ, err)
+	}
+	return n, nil
+}

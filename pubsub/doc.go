@@ -1,0 +1,27 @@
+// Package pubsub shares a few Redis pub/sub connections among any number of
+// goroutines that wait for messages on any number of channels.
+//
+// A Multiplexer is the waiting room behind every blocking primitive of this
+// module. A goroutine that must wait for a lock calls Subscribe with the lock's
+// channel and gets a Waiter; Subscribe returns only once Redis has confirmed the
+// subscription, so a release published after that point cannot be missed. The
+// goroutine then re-checks the lock and, while it stays unavailable, blocks on
+// Waiter.C alongside its own timer and context.
+//
+// Properties the lock packages rely on:
+//
+//   - Channels are reference counted: the first Waiter subscribes, later ones
+//     share the subscription, and the last one leaving unsubscribes after a short
+//     linger, so a lock that is contended on and off does not churn.
+//   - A message wakes only as many local Waiters as it has work for, oldest
+//     first: the payload is a decimal budget (the permits or holds freed), and
+//     Waiters are woken in arrival order while their weights fit in it, at least
+//     one. The payload WakeAll wakes every Waiter of the channel, and
+//     AddressPrefix + tag wakes only the Waiter tagged so (Waiter.SetTag), in
+//     whichever process it lives: a Redis-side queue uses it to wake its head.
+//   - When a connection drops, the Multiplexer reconnects with backoff,
+//     resubscribes every channel and then wakes every Waiter at once, because
+//     messages published during the gap are lost (pub/sub delivery is at most
+//     once).
+//   - There is no goroutine per Waiter or per channel: one per connection.
+package pubsub

@@ -1,0 +1,157 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	"github.com/redis/rueidis"
+)
+
+// Message payloads with a meaning of their own; any other payload is a decimal
+// budget (see the package documentation).
+const (
+	// WakeAll wakes every Waiter of a channel.
+	WakeAll = "*"
+	// AddressPrefix starts a payload that wakes one Waiter by tag: "@" + tag.
+	AddressPrefix = "@"
+)
+
+// Multiplexer shares a few dedicated pub/sub connections among all Waiters of
+// a client. Create one per rueidis.Client with New; it is safe for concurrent
+// use. Connections are opened on the first Subscribe.
+type Multiplexer struct {
+	client rueidis.Client
+	cfg    config
+	seed   maphash.Seed
+	conns  []*conn
+
+	ctx       context.Context // cancelled by Close: aborts commands in flight
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a Multiplexer over client. It does not talk to Redis until the
+// first Subscribe.
+func New(client rueidis.Client, opts ...Option) (*Multiplexer, error) {
+	if client == nil {
+		return nil, fmt.Errorf("pubsub: nil rueidis client")
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	m := &Multiplexer{client: client, cfg: cfg, seed: maphash.MakeSeed(), closed: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.conns = make([]*conn, cfg.connections)
+	for i := range m.conns {
+		m.conns[i] = newConn(m)
+	}
+	return m, nil
+}
+
+// Subscribe queues a new Waiter on channel with weight 1. See SubscribeWeighted.
+func (m *Multiplexer) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
+	return m.SubscribeWeighted(ctx, channel, 1)
+}
+
+// SubscribeWeighted queues a new Waiter on channel and returns once Redis has
+// confirmed the channel's subscription: any message published afterwards reaches
+// the Waiter's queue. weight is what the Waiter needs from a message's budget
+// (the permits it asks for); values below 1 count as 1.
+//
+// On error (ctx done, Multiplexer closed) nothing is left behind.
+func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, weight int64) (*Waiter, error) {
+	if channel == "" {
+		return nil, ErrInvalidChannel
+	}
+	if weight < 1 {
+		weight = 1
+	}
+	c := m.connFor(channel)
+	w, ready, err := c.join(channel, weight)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ready:
+		c.mu.Lock()
+		err := w.entry.err
+		c.mu.Unlock()
+		if err != nil {
+			w.Leave(true)
+			return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
+		}
+		return w, nil
+	case <-ctx.Done():
+		w.Leave(false)
+		return nil, ctx.Err()
+	case <-m.closed:
+		w.Leave(false)
+		return nil, ErrClosed
+	}
+}
+
+// Waiting returns how many Waiters are queued on channel in this process.
+func (m *Multiplexer) Waiting(channel string) int {
+	c := m.connFor(channel)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[channel]; e != nil {
+		return e.n
+	}
+	return 0
+}
+
+func (m *Multiplexer) connFor(channel string) *conn {
+	if len(m.conns) == 1 {
+		return m.conns[0]
+	}
+	return m.conns[maphash.String(m.seed, channel)%uint64(len(m.conns))]
+}
+
+// Stats is a snapshot of the Multiplexer's bookkeeping.
+type Stats struct {
+	Channels   int   // channels subscribed or being subscribed, lingering ones included
+	Waiters    int   // Waiters queued
+	Reconnects int64 // connections re-established after a loss
+}
+
+// Stats returns current counts; cheap enough for metrics scraping.
+func (m *Multiplexer) Stats() Stats {
+	var s Stats
+	for _, c := range m.conns {
+		c.mu.Lock()
+		s.Channels += len(c.entries)
+		for _, e := range c.entries {
+			s.Waiters += e.n
+		}
+		s.Reconnects += c.reconnects
+		c.mu.Unlock()
+	}
+	return s
+}
+
+// Close stops every connection and wakes all Waiters (their Done channel is
+// closed). It waits for the connection goroutines to exit and is idempotent.
+func (m *Multiplexer) Close() {
+	m.closeOnce.Do(func() {
+		close(m.closed)
+		m.cancel()
+		for _, c := range m.conns {
+			// A join that saw the Multiplexer open has finished its wg.Add
+			// once we get the lock.
+			c.mu.Lock()
+			c.mu.Unlock() //nolint:staticcheck // empty critical section is the point
+		}
+	})
+	m.wg.Wait()
+}

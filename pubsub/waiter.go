@@ -1,0 +1,56 @@
+package pubsub
+
+// Waiter is one goroutine's place in the queue of a channel. It is created by
+// Multiplexer.Subscribe and must be left with Leave exactly once.
+//
+// A Waiter is used by a single goroutine; C may be read while the Multiplexer
+// delivers signals concurrently.
+type Waiter struct {
+	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
+	weight int64
+	tag    string // guarded by conn.mu
+	entry  *entry
+	conn   *conn
+	// Links of the channel's FIFO queue, guarded by conn.mu.
+	prev, next *Waiter
+	left       bool
+}
+
+// C receives a value when the Waiter should re-check the resource it waits
+// for: a message on its channel chose it, or the connection was re-established
+// after messages may have been lost, or the Multiplexer closed. It is also
+// closed to nothing: the channel is never closed.
+func (w *Waiter) C() <-chan struct{} { return w.wake }
+
+// Done is closed when the Multiplexer is closed; waiting any longer is futile.
+func (w *Waiter) Done() <-chan struct{} { return w.conn.mux.closed }
+
+// Leave removes the Waiter from its channel's queue; the last Waiter leaving a
+// channel unsubscribes it (after the linger). satisfied tells whether the
+// Waiter got what it waited for. A Waiter that leaves unsatisfied, for example
+// because its context ended, hands its turn to the next Waiter in line, so that a
+// release it was woken for is not lost with it.
+// Leave is idempotent.
+func (w *Waiter) Leave(satisfied bool) {
+	w.conn.leave(w, satisfied)
+}
+
+// SetTag names the Waiter so that a message "@" + tag on its channel wakes it,
+// and only it: how a Redis-side queue hands a release to the waiter at its head,
+// wherever that waiter lives. An empty tag removes the name.
+func (w *Waiter) SetTag(tag string) {
+	w.conn.mu.Lock()
+	w.tag = tag
+	w.conn.mu.Unlock()
+}
+
+// signal wakes the waiter unless a wake is already pending. It reports whether a
+// new signal was delivered.
+func (w *Waiter) signal() bool {
+	select {
+	case w.wake <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}

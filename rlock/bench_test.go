@@ -1,0 +1,94 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/rlock"
+)
+
+// benchClient returns an rlock Client on its own rueidis client and Redis
+// (a private redis-server, or $REDIS_ADDR), with a key prefix of its own;
+// everything is closed at cleanup, the rlock Client first.
+func benchClient(b *testing.B) (*rlock.Client, *redistest.Server) {
+	b.Helper()
+	srv := redistest.New(b)
+	rc := redistest.Client(b, srv)
+	c, err := rlock.New(rc, rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c, srv
+}
+
+// benchCommands reports the Redis commands per operation that ran between
+// two INFO commandstats snapshots (a script counts once, plus once per
+// command it runs). On a shared $REDIS_ADDR server other traffic counts too.
+func benchCommands(b *testing.B, srv *redistest.Server, before map[string]int64) {
+	b.Helper()
+	after, err := srv.CommandStats(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for cmd, calls := range after {
+		if cmd != "info" && cmd != "hello" && !strings.HasPrefix(cmd, "client|") {
+			n += calls - before[cmd]
+		}
+	}
+	b.ReportMetric(float64(n)/float64(b.N), "redis-cmds/op")
+}
+
+// BenchmarkMutexLockUnlock is an uncontended Lock and Unlock: the round trips
+// of one acquisition and one release, and what they cost the client.
+func BenchmarkMutexLockUnlock(b *testing.B) {
+	c, srv := benchClient(b)
+	m := c.Mutex("bench")
+	ctx := context.Background()
+	before, err := srv.CommandStats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		lockCtx, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(lockCtx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	benchCommands(b, srv, before)
+}
+
+// BenchmarkMutexTryLockHeld is TryLock on a lock another owner holds: one
+// failed attempt.
+func BenchmarkMutexTryLockHeld(b *testing.B) {
+	c, srv := benchClient(b)
+	m := c.Mutex("bench")
+	ctx := context.Background()
+	lockCtx, err := m.Lock(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = m.Unlock(lockCtx) })
+	before, err := srv.CommandStats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		// ctx does not carry the hold: it is another owner.
+		if _, err := m.TryLock(ctx); !errors.Is(err, rlock.ErrLocked) {
+			b.Fatalf("TryLock on a held lock: got %v, want ErrLocked", err)
+		}
+	}
+	b.StopTimer()
+	benchCommands(b, srv, before)
+}

@@ -1,0 +1,72 @@
+package rlock
+
+import (
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+)
+
+// Client is one owner identity in Redis and the machinery its locks share: a
+// pub/sub multiplexer for waiting, and a watchdog that renews leases. Create
+// one per process (or per rueidis.Client) with New, share it between
+// goroutines, and Close it on shutdown. Package semaphore builds on it too.
+type Client struct {
+	c *core.Client
+}
+
+func init() {
+	// Other packages of this module reach the machinery through core.Of.
+	core.Of = func(x any) (*core.Client, bool) {
+		c, ok := x.(*Client)
+		if !ok || c == nil {
+			return nil, false
+		}
+		return c.c, true
+	}
+}
+
+// New returns a Client using rc for commands and for dedicated pub/sub
+// connections. It does not talk to Redis until a lock is used. The caller
+// still owns rc and closes it after the Client.
+func New(rc rueidis.Client, opts ...Option) (*Client, error) {
+	if rc == nil {
+		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, err := core.NewClient(rc, cfg.core(), cfg.pubsubOpts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return &Client{c: c}, nil
+}
+
+// ID is the Client's owner identity, a random UUID. Hash fields of its holds
+// start with it.
+func (c *Client) ID() string { return c.c.ID }
+
+// Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
+// a name bound to the Client, and any number may exist. An invalid name is
+// reported by every method of the returned Mutex, wrapped in ErrInvalidName.
+func (c *Client) Mutex(name string) *Mutex {
+	return &Mutex{c: c.c, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name)}
+}
+
+// Close stops the watchdog and the multiplexer. Holds still open are not
+// released in Redis (a goroutine may still be inside its critical section); they
+// expire with their lease, and their lock contexts are cancelled at once with a
+// cause matching ErrLeaseLost and ErrClosed. Waiting Lock calls return
+// ErrClosed. Close waits for background work and is idempotent.
+func (c *Client) Close() error {
+	c.c.Close()
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package rlock provides reentrant distributed locks on Redis that wait
+// without polling.
+//
+// A waiting Lock call subscribes to the lock's unlock channel and sleeps until
+// the holder's release publishes a message, instead of retrying SET NX in a
+// sleep loop. All waiting goroutines of a Client share a few pub/sub
+// connections (package pubsub).
+//
+// Contended waiters queue in Redis in arrival order, across all processes: a
+// free lock is reserved for the waiter at the head of the queue, and the
+// release wakes that waiter by name, so one release causes one acquisition
+// attempt and no goroutine can be starved by others that happen to retry
+// sooner. (Only an uncontended Lock, finding the lock free and no one queued,
+// takes it at once.) Every wait is also bounded by the holder's remaining
+// lease, so a lost message costs at most one lease, and after a pub/sub
+// reconnect every waiter re-checks at once. A queued waiter re-checks at least
+// every 2/5 of the watchdog timeout to keep its place; one whose process died
+// loses it after one watchdog timeout.
+//
+// # Usage
+//
+//	c, err := rlock.New(rueidisClient)
+//	defer c.Close()
+//	m := c.Mutex("orders:42")
+//	lockCtx, err := m.Lock(ctx)
+//	if err != nil { ... }
+//	defer m.Unlock(lockCtx)
+//	// ... critical section, using lockCtx for the work it guards ...
+//
+// Ownership is carried by the returned context, not by the goroutine: pass
+// lockCtx to Unlock, and to Lock to re-enter. The lock is held as a Redis hash
+// <prefix>:{name} mapping owner ids (the Client's UUID and a per-hold id) to
+// hold counts; all changes are made by Lua scripts, so only the owner can
+// release it.
+//
+// # Leases, the watchdog and lease loss
+//
+// Every hold has a lease, after which Redis deletes the key. By default the
+// lease is the Client's watchdog timeout (30s) and a watchdog goroutine renews
+// all holds of the Client every third of it, in batched script calls, until the
+// final Unlock. WithLease gives a hold a fixed lease instead.
+//
+// When a hold ends without Unlock, its lock context is cancelled with cause
+// ErrLeaseLost: when a renewal finds the key gone; when renewals have failed
+// until the last confirmed lease would have run out (measured from the moment
+// the renewal was sent on the monotonic clock, less a drift margin of 1% + 2ms,
+// so the holder learns no later than Redis expires the key); when a WithLease
+// lease runs out; and when the Client is closed.
+//
+// # Safety: what a lease does not guarantee
+//
+// A lock lease is an efficiency device, not a correctness guarantee. A holder
+// paused longer than its lease (garbage collection, a stopped VM, a slow
+// network) keeps running after Redis has given the lock to someone else, and
+// only learns of it afterwards. Redis also expires keys by its wall clock, so a
+// clock jump on the server can end leases early, and replication is
+// asynchronous, so a failover can lose a lock that was just taken.
+//
+// Where two holders at once would corrupt data, use the fencing token: Token
+// returns a number that grows strictly with every acquisition of the lock.
+// Send it with every write to the protected resource, and have the resource
+// reject a write whose token is lower than the highest it has seen:
+//
+//	tok, _ := m.Token(lockCtx)
+//	// in the resource, atomically: if tok < lastToken { reject }; lastToken = tok; apply
+//
+// Without fencing, the lock still keeps contending workers from duplicating
+// effort almost always; with fencing, stale holders cannot do harm.
+//
+// # Errors
+//
+// Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,
+// ErrLeaseLost, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
+// context errors; test them with errors.Is.
+package rlock

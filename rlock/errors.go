@@ -1,0 +1,33 @@
+package rlock
+
+import (
+	"errors"
+
+	"github.com/relockio/relock/internal/core"
+)
+
+// Errors returned (wrapped, with detail) by this package. Check them with errors.Is.
+var (
+	// ErrLocked reports that another owner holds the lock: TryLock's answer, and
+	// Lock's when its WithWaitTimeout runs out.
+	ErrLocked = errors.New("rlock: locked by another owner")
+	// ErrNotHeld reports that the context passed does not hold the lock (it never
+	// did, was already fully unlocked, or the lease ran out).
+	ErrNotHeld = errors.New("rlock: not held")
+	// ErrLeaseLost is the cause (context.Cause) of a lock context cancelled
+	// because its hold ended without Unlock: the key was deleted or expired,
+	// renewals failed for longer than the lease, a WithLease lease ran out, or the
+	// Client was closed.
+	ErrLeaseLost = core.ErrLeaseLost
+	// ErrUnlocked is the cause of a lock context cancelled by its final Unlock.
+	ErrUnlocked = core.ErrUnlocked
+	// ErrInvalidName reports a lock name or key prefix that cannot be used.
+	ErrInvalidName = errors.New("rlock: invalid name")
+	// ErrInvalidLease reports a non-positive lease, watchdog timeout or other
+	// duration option.
+	ErrInvalidLease = errors.New("rlock: invalid lease")
+	// ErrInvalidOption reports any other option value out of range.
+	ErrInvalidOption = errors.New("rlock: invalid option")
+	// ErrClosed reports use of a Client after Close.
+	ErrClosed = core.ErrClosed
+)

@@ -1,0 +1,28 @@
+package rlock
+
+import "context"
+
+// ReleaseWithRequestID releases one level of the hold carried by lockCtx as
+// Unlock does, but under the given release request id, so that a test can
+// replay a request the way a retry inside Unlock does.
+func ReleaseWithRequestID(m *Mutex, lockCtx context.Context, id string) error {
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return ErrNotHeld
+	}
+	return m.release(lockCtx, h, id)
+}
+
+// ReleaseScript runs release.lua once for the owner of the hold carried by
+// lockCtx, under request id, bypassing the client-side state of the hold: it
+// is exactly what a retry inside Unlock sends after the reply of the first
+// attempt was lost. It returns the script's answer: the hold count left, or -1
+// when the owner does not hold the lock.
+func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id string) (int64, error) {
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return 0, ErrNotHeld
+	}
+	lease, _ := h.Lease()
+	return releaseScript(ctx, m.c, m.keys, h.Owner, id, lease)
+}

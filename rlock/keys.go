@@ -1,0 +1,35 @@
+package rlock
+
+import "github.com/relockio/relock/internal/core"
+
+// MaxNameLength is the longest lock name accepted, in bytes.
+const MaxNameLength = core.MaxNameLength
+
+// keys names everything one lock owns in Redis. All of it shares the hash tag
+// {name}, so it lives in one Redis Cluster slot and one script may touch it all.
+type keys struct {
+	lock    string // hash: owner field -> hold count
+	fence   string // fencing counter, never expires
+	queue   string // zset: waiting owner field -> arrival number
+	waiters string // zset: waiting owner field -> deadline
+	seq     string // arrival counter
+	channel string // unlock messages
+}
+
+func newKeys(prefix, name string) keys {
+	base := core.Base(prefix, name)
+	return keys{
+		lock:    base,
+		fence:   base + ":fence",
+		queue:   base + ":queue",
+		waiters: base + ":waiters",
+		seq:     base + ":seq",
+		channel: base + ":unlock",
+	}
+}
+
+// latch is the result key of one release request (see release.lua).
+func (k keys) latch(requestID string) string { return k.lock + ":latch:" + requestID }
+
+// tombstone marks an abandoned owner field (see abandon.lua).
+func (k keys) tombstone(owner string) string { return k.lock + ":gone:" + owner }

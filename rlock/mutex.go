@@ -1,0 +1,386 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
+)
+
+// Mutex is a reentrant distributed lock named by a string, in the style of
+// Redisson's RLock. Get one from Client.Mutex.
+//
+// Ownership travels in the context: Lock and TryLock return a lock context
+// that carries the hold, and every call that needs the owner takes it (or any
+// context derived from it). Lock with a context that already holds the Mutex
+// re-enters and increments the hold count; Unlock decrements it, and only the
+// last Unlock frees the lock and wakes a waiter. A context that does not carry
+// the hold is another owner, even in the same goroutine.
+//
+// The lock context is cancelled when the hold ends: with cause ErrUnlocked
+// after the final Unlock, and ErrLeaseLost when the lease was lost. A lease is
+// not a correctness guarantee (a paused process can outlive it); protect
+// shared state with the fencing token (Token) where it matters.
+type Mutex struct {
+	c    *core.Client
+	name string
+	err  error // invalid name, reported by every method
+	keys keys
+}
+
+// Name returns the name the Mutex was created with.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock blocks until it holds the lock, ctx is done, or the wait timeout of
+// WithWaitTimeout runs out. It waits without polling, in a queue served in
+// arrival order across processes: it sleeps until the release wakes it, a
+// pub/sub reconnect, or the holder's lease runs out.
+//
+// Lock returns the first attempt's error at once (Redis unreachable, say);
+// once waiting, it rides out connection errors until ctx ends.
+//
+// On success it returns the lock context, derived from ctx, that carries the
+// hold; pass it to Unlock. Without WithLease the watchdog renews the lease until
+// Unlock. On failure nothing is held and nothing is left behind in Redis; the
+// error matches ctx's error when ctx ended, ErrLocked (and
+// context.DeadlineExceeded) when the wait timeout ran out.
+//
+// If ctx already holds the lock, Lock re-enters at once and returns ctx.
+func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return m.lock(ctx, true, opts)
+}
+
+// TryLock makes one attempt. It returns the lock context as Lock does, or an
+// error matching ErrLocked if another owner holds the lock. A context that
+// already holds the lock re-enters.
+func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return m.lock(ctx, false, opts)
+}
+
+func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
+	lc, err := newLockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if !m.c.Enter() {
+		return nil, ErrClosed
+	}
+	defer m.c.Exit()
+	if h := m.holdOf(ctx); h != nil {
+		return m.reenter(ctx, h, lc)
+	}
+	a := &acquisition{m: m, owner: m.c.NewID(), lease: m.c.Cfg.WatchdogTimeout, renew: true}
+	if lc.leaseSet {
+		a.lease, a.renew = lc.lease, false
+	}
+	// When goroutines of this Client already wait, the lock is contended: skip
+	// the attempt that could only fail, and queue at once.
+	if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
+		ok, wait2, err := a.try(ctx, nil)
+		switch {
+		case err != nil:
+			return nil, m.wrap("lock", err)
+		case ok:
+			return a.hold(ctx)
+		case !wait:
+			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
+		}
+	}
+	waitCtx := ctx
+	if lc.waitSet {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout,
+			fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
+		// Give up our place in the queue (and anything the last attempt
+		// may have taken), so the next waiter is not held up.
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		return nil, m.wrap("lock", err)
+	}
+	return a.hold(ctx)
+}
+
+// acquisition is one Lock call's first acquisition, retried while waiting.
+type acquisition struct {
+	m      *Mutex
+	owner  string
+	lease  time.Duration
+	renew  bool
+	sentAt time.Time
+	reply  acquireReply
+}
+
+// try makes one attempt. With w set it queues in Redis while the lock is
+// taken, and tags w with the owner id, so that a release can wake it by name.
+func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	c := a.m.c
+	if w != nil {
+		w.SetTag(a.owner)
+	}
+	a.sentAt = time.Now()
+	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+			// The script may have run: make sure this owner holds nothing and
+			// is not queued, and carry on (if at all) under a new one.
+			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds())
+			a.owner = c.NewID()
+		}
+		return false, 0, err
+	}
+	switch r.status {
+	case 1:
+		a.reply = r
+		return true, 0, nil
+	case 0:
+		retry := c.RetryAfter(r.wait)
+		if w != nil {
+			// Re-check often enough to keep our place in the queue, which
+			// lapses one watchdog timeout after the last check.
+			retry = min(retry, c.Cfg.WatchdogTimeout*2/5)
+		}
+		return false, retry, nil
+	default: // abandoned owner: cannot happen for a fresh id, but never reuse it
+		a.owner = c.NewID()
+		return false, 0, nil
+	}
+}
+
+// hold turns a successful acquisition into a lock context. If ctx ended in the
+// meantime the lock is given back, so a cancelled Lock never leaves a hold.
+func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
+	m := a.m
+	lockCtx, cancel := context.WithCancelCause(ctx)
+	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	if err := ctx.Err(); err != nil || !m.c.Register(h) {
+		h.End(ErrUnlocked)
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		if err == nil {
+			err = ErrClosed
+		}
+		return nil, m.wrap("lock", err)
+	}
+	h.Start(a.sentAt)
+	return context.WithValue(lockCtx, holdKey{m.c, m.name}, h), nil
+}
+
+// reenter increments the hold count of h. The call is not abandoned halfway
+// when ctx ends, because a count raised in Redis but unknown to the caller
+// would never be unlocked.
+func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (context.Context, error) {
+	if ended, cause := h.State(); ended {
+		return nil, m.notHeld(cause)
+	}
+	lease, _ := h.Lease()
+	if lc.leaseSet {
+		lease = lc.lease
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.Cfg.UnlockTimeout)
+	defer cancel()
+	sentAt := time.Now()
+	r, err := acquireScript(callCtx, m.c, m.keys, h.Owner, lease, true, false)
+	if err != nil {
+		return nil, m.wrap("re-enter", err)
+	}
+	if r.status != 1 {
+		h.End(ErrLeaseLost)
+		return nil, m.notHeld(ErrLeaseLost)
+	}
+	if lc.leaseSet {
+		h.SetFixedLease(lease)
+	}
+	h.Extend(sentAt, lease)
+	return ctx, nil
+}
+
+// Unlock releases one level of the hold carried by lockCtx. The final level
+// deletes the lock, publishes an unlock message that wakes one waiter, stops
+// renewals and cancels lockCtx with cause ErrUnlocked.
+//
+// Unlock works even when lockCtx is cancelled; it retries connection errors for
+// up to the unlock timeout with an idempotent request, so a retried release never
+// counts twice. It fails with ErrNotHeld when lockCtx does not hold the lock (it
+// never did, it was already fully unlocked, or the lease was lost: then the
+// error also matches ErrLeaseLost); Redis is left unchanged then.
+func (m *Mutex) Unlock(lockCtx context.Context) error {
+	if m.err != nil {
+		return m.err
+	}
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
+	}
+	return m.release(lockCtx, h, m.c.NewID())
+}
+
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string) error {
+	if ended, cause := h.State(); ended {
+		return m.notHeld(cause)
+	}
+	h.BeginRelease()
+	defer h.EndRelease()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
+	defer cancel()
+	lease, _ := h.Lease()
+	var left int64
+	var sentAt time.Time
+	err := core.RetryTransient(ctx, func() (err error) {
+		sentAt = time.Now()
+		left, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease)
+		return err
+	})
+	switch {
+	case err != nil:
+		return m.wrap("unlock", err)
+	case left < 0:
+		h.End(ErrLeaseLost)
+		return m.notHeld(ErrLeaseLost)
+	case left == 0:
+		h.End(ErrUnlocked)
+	default:
+		h.Extend(sentAt, lease)
+	}
+	return nil
+}
+
+// Token returns the fencing token of the hold carried by lockCtx: a number
+// that increases strictly with every first acquisition of this lock, by any
+// owner, and stays the same across re-entries. A resource that remembers the
+// highest token it has seen and rejects lower ones is safe even against a
+// holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
+// no hold of the lock (a hold that ended still reports its token).
+func (m *Mutex) Token(lockCtx context.Context) (uint64, error) {
+	if m.err != nil {
+		return 0, m.err
+	}
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return 0, fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
+	}
+	return h.Token, nil
+}
+
+// HoldCount returns how many times the owner carried by lockCtx holds the lock
+// in Redis (0 when it holds none).
+func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
+	if err := m.usable(); err != nil {
+		return 0, err
+	}
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
+	defer cancel()
+	n, err := m.c.RC.Do(ctx, m.c.RC.B().Hget().Key(m.keys.lock).Field(h.Owner).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, m.wrap("hold count", err)
+	}
+	return int(n), nil
+}
+
+// IsLocked reports whether any owner holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if err := m.usable(); err != nil {
+		return false, err
+	}
+	n, err := m.c.RC.Do(ctx, m.c.RC.B().Exists().Key(m.keys.lock).Build()).AsInt64()
+	if err != nil {
+		return false, m.wrap("is locked", err)
+	}
+	return n == 1, nil
+}
+
+// TTL returns the remaining lease of the lock: 0 when it is not locked, a
+// negative duration when its key has no expiry (it was not set by this library).
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if err := m.usable(); err != nil {
+		return 0, err
+	}
+	pttl, err := m.c.RC.Do(ctx, m.c.RC.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+	switch {
+	case err != nil:
+		return 0, m.wrap("ttl", err)
+	case pttl == -2:
+		return 0, nil
+	case pttl < 0:
+		return -1, nil
+	}
+	return time.Duration(pttl) * time.Millisecond, nil
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports
+// whether there was a lock to delete. The former holder learns of it at its
+// next renewal (its lock context is then cancelled with ErrLeaseLost) or
+// Unlock (ErrNotHeld); it is an administrative tool, not a way to share a lock.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.usable(); err != nil {
+		return false, err
+	}
+	ok, err := forceUnlockScript(ctx, m.c, m.keys)
+	if err != nil {
+		return false, m.wrap("force unlock", err)
+	}
+	return ok, nil
+}
+
+func (m *Mutex) usable() error {
+	if m.err != nil {
+		return m.err
+	}
+	if m.c.IsClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// holdKey finds a hold in a context: one per Client and lock name, so holds of
+// different locks nest in one context chain.
+type holdKey struct {
+	c    *core.Client
+	name string
+}
+
+func (m *Mutex) holdOf(ctx context.Context) *core.Hold {
+	if ctx == nil {
+		return nil
+	}
+	h, _ := ctx.Value(holdKey{m.c, m.name}).(*core.Hold)
+	return h
+}
+
+func (m *Mutex) wrap(op string, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
+		return err
+	}
+	return fmt.Errorf("rlock: %s %q: %w", op, m.name, err)
+}
+
+func (m *Mutex) notHeld(cause error) error {
+	if cause == nil || errors.Is(cause, ErrUnlocked) {
+		return fmt.Errorf("%w: %q was already unlocked by this context", ErrNotHeld, m.name)
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, m.name, cause)
+}
+
+// String describes the Mutex for logs.
+func (m *Mutex) String() string {
+	return "rlock.Mutex(" + strconv.Quote(m.name) + ")"
+}

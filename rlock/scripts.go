@@ -1,0 +1,102 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/lua"
+)
+
+// unlockMessage is published when a lock becomes free and no one is queued in
+// Redis; the multiplexer reads it as a budget of one local waiter to wake. With
+// a queue, the head waiter is woken by name instead.
+const unlockMessage = "1"
+
+const publishCommand = "PUBLISH"
+
+func ms(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// acquireReply is acquire.lua's answer.
+type acquireReply struct {
+	status int64 // 1 acquired, 0 held by another, -1 re-entry of a lost hold, -2 abandoned owner
+	token  uint64
+	count  int64
+	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
+	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
+		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(c.Cfg.WatchdogTimeout), publishCommand, k.channel}).AsIntSlice()
+	if err != nil {
+		return acquireReply{}, err
+	}
+	r := acquireReply{status: vals[0]}
+	switch {
+	case r.status == 1 && len(vals) == 3:
+		r.token, r.count = uint64(vals[1]), vals[2]
+	case r.status == 0 && len(vals) == 2:
+		r.wait = vals[1]
+	case r.status < 0:
+	default:
+		return acquireReply{}, fmt.Errorf("rlock: unexpected acquire reply %v", vals)
+	}
+	return r, nil
+}
+
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration) (int64, error) {
+	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters},
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second)}).AsInt64()
+}
+
+func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64) error {
+	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters},
+		[]string{owner, strconv.FormatInt(lease, 10), publishCommand, k.channel, unlockMessage}).Error()
+}
+
+func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
+	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters},
+		[]string{publishCommand, k.channel, unlockMessage}).AsInt64()
+	return n == 1, err
+}
+
+// mutexKind renews Mutex holds for the watchdog.
+var mutexKind = &core.Kind{Name: "mutex", Renew: renewScript}
+
+func renewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease time.Duration) ([]int64, error) {
+	keys := make([]string, len(group))
+	args := make([]string, 1, len(group)+1)
+	args[0] = ms(lease)
+	for i, h := range group {
+		keys[i] = h.Key
+		args = append(args, h.Owner)
+	}
+	vals, err := lua.Renew.Exec(ctx, c.RC, keys, args).AsIntSlice()
+	if err == nil && len(vals) != len(group) {
+		err = fmt.Errorf("rlock: unexpected renew reply of %d entries for %d holds", len(vals), len(group))
+	}
+	return vals, err
+}
+
+// abandon makes sure owner does not hold the lock, in the background: it is
+// called when an acquisition's outcome is unknown.
+func abandon(c *core.Client, k keys, owner string, lease int64) {
+	c.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.Cfg.UnlockTimeout)
+		defer cancel()
+		_ = core.RetryTransient(ctx, func() error {
+			return abandonScript(ctx, c, k, owner, lease)
+		})
+	})
+}

@@ -1,0 +1,264 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
+)
+
+// permitKey finds a permit in a context: one per Client and semaphore name. A
+// context derived from a permit context and used to acquire again carries the
+// newer permit, which shadows the older one: Release each context once.
+type permitKey struct {
+	c    *core.Client
+	name string
+}
+
+type permit struct {
+	hold *core.Hold
+	n    int64
+}
+
+// Acquire blocks until it holds n permits, ctx is done, or the wait timeout of
+// WithWaitTimeout runs out. Waiters are served in arrival order across all
+// processes (see the package documentation).
+//
+// On success it returns the permit context, derived from ctx, that carries the
+// permits; pass it to Release. On failure nothing is held and the waiter's place
+// in the queue is given up; the error matches ctx's error when ctx ended,
+// ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
+// ErrExceedsLimit when n is above the limit (at once, or when the limit is
+// lowered below n while waiting), ErrNoLimit when no limit is set.
+func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
+	return s.acquire(ctx, n, true, opts)
+}
+
+// TryAcquire makes one attempt to take n permits without waiting. It fails
+// with ErrNoPermits when they are not free now or when others are queued ahead.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
+	return s.acquire(ctx, n, false, opts)
+}
+
+// Drain takes every permit free now, if no one is queued ahead, as one
+// release-able lease, and returns how many it took. It fails with ErrNoPermits
+// when none is free.
+func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.Context, int64, error) {
+	a, err := s.prepare(ctx, "all", opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.c.Exit()
+	ok, _, err := a.try(ctx, nil)
+	if err != nil {
+		return nil, 0, s.wrap("drain", err)
+	}
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %q", ErrNoPermits, s.name)
+	}
+	permitCtx, err := a.hold(ctx)
+	return permitCtx, a.got, err
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []AcquireOption) (context.Context, error) {
+	if n < 1 || n > MaxPermits {
+		return nil, fmt.Errorf("%w: permits must be between 1 and %d, got %d", ErrInvalidCount, int64(MaxPermits), n)
+	}
+	a, err := s.prepare(ctx, strconv.FormatInt(n, 10), opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.c.Exit()
+	// The first attempt does not join the queue: a wake addressed to a waiter
+	// that is not subscribed yet would be lost.
+	ok, _, err := a.try(ctx, nil)
+	switch {
+	case err != nil:
+		return nil, s.wrap("acquire", err)
+	case ok:
+		return a.hold(ctx)
+	case !wait:
+		return nil, fmt.Errorf("%w: %q has fewer than %d free, or waiters ahead", ErrNoPermits, s.name, n)
+	}
+	waitCtx := ctx
+	if a.cfg.waitSet {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, a.cfg.waitTimeout,
+			fmt.Errorf("%w: %q after waiting %v: %w", ErrNoPermits, s.name, a.cfg.waitTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	if err := s.c.WaitFor(waitCtx, s.keys.channel, n, a.try); err != nil {
+		s.abandon(a.id)
+		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		return nil, s.wrap("acquire", err)
+	}
+	return a.hold(ctx)
+}
+
+func (s *Semaphore) prepare(ctx context.Context, want string, opts []AcquireOption) (*acquisition, error) {
+	cfg, err := newAcquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidClient)
+	}
+	if !s.c.Enter() {
+		return nil, ErrClosed
+	}
+	a := &acquisition{s: s, id: s.c.NewID(), want: want, cfg: cfg, lease: s.c.Cfg.WatchdogTimeout, renew: true}
+	if cfg.leaseSet {
+		a.lease, a.renew = cfg.lease, false
+	}
+	return a, nil
+}
+
+// acquisition is one Acquire call, retried while waiting.
+type acquisition struct {
+	s      *Semaphore
+	id     string // permit id, and waiter id in the queue
+	want   string
+	cfg    acquireConfig
+	lease  time.Duration
+	renew  bool
+	sentAt time.Time
+	got    int64
+}
+
+// try makes one attempt; with w set it waits in the queue (and w is tagged with
+// the id, so that a release can wake it by name).
+func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	s := a.s
+	if w != nil {
+		w.SetTag(a.id)
+	}
+	a.sentAt = time.Now()
+	r, err := s.acquireScript(ctx, a.id, a.want, a.lease, w != nil)
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+			// The script may have run: give back what it may have taken, and
+			// carry on (if at all) under a new id.
+			s.abandon(a.id)
+			a.id = s.c.NewID()
+		}
+		return false, 0, err
+	}
+	switch r.status {
+	case 1:
+		a.got = r.value
+		return true, 0, nil
+	case 0:
+		// Re-check by the earliest expiry, and often enough to keep our place
+		// in the queue (it lapses after one watchdog timeout).
+		retry := s.c.Cfg.WatchdogTimeout / 3
+		if r.value >= 0 {
+			retry = min(retry, time.Duration(r.value+1)*time.Millisecond)
+		}
+		return false, retry, nil
+	case -2:
+		a.id = s.c.NewID()
+		return false, 0, nil
+	case -3:
+		return false, 0, fmt.Errorf("%w: asked for %s, limit is %d", ErrExceedsLimit, a.want, r.value)
+	default:
+		return false, 0, fmt.Errorf("%w: %q", ErrNoLimit, s.name)
+	}
+}
+
+// hold turns a successful acquisition into a permit context; if ctx ended in
+// the meantime the permits are given back.
+func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
+	s := a.s
+	permitCtx, cancel := context.WithCancelCause(ctx)
+	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
+	if err := ctx.Err(); err != nil || !s.c.Register(h) {
+		h.End(ErrReleased)
+		s.abandon(a.id)
+		if err == nil {
+			err = ErrClosed
+		}
+		return nil, s.wrap("acquire", err)
+	}
+	h.Start(a.sentAt)
+	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
+}
+
+// Release gives back the permits carried by permitCtx and wakes the waiters
+// that can now proceed; permitCtx is then cancelled with cause ErrReleased.
+//
+// Release works even when permitCtx is cancelled, and retries connection errors
+// with an idempotent request. It fails with ErrNotHeld, changing nothing, when
+// permitCtx holds no permit of the semaphore or its lease already expired (then
+// the error also matches ErrLeaseLost).
+func (s *Semaphore) Release(permitCtx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	p := s.permitOf(permitCtx)
+	if p == nil {
+		return fmt.Errorf("%w: the context holds no permit of %q", ErrNotHeld, s.name)
+	}
+	return s.release(permitCtx, p, s.c.NewID())
+}
+
+func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string) error {
+	h := p.hold
+	if ended, cause := h.State(); ended {
+		return s.notHeld(cause)
+	}
+	h.BeginRelease()
+	defer h.EndRelease()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(permitCtx), s.c.Cfg.UnlockTimeout)
+	defer cancel()
+	var released int64
+	err := core.RetryTransient(ctx, func() (err error) {
+		released, err = s.releaseScript(ctx, h.Owner, requestID)
+		return err
+	})
+	switch {
+	case err != nil:
+		return s.wrap("release", err)
+	case released < 0:
+		h.End(ErrLeaseLost)
+		return s.notHeld(ErrLeaseLost)
+	}
+	h.End(ErrReleased)
+	return nil
+}
+
+// Permits returns how many permits permitCtx holds of the semaphore: 0 when it
+// holds none, or they were released or lost.
+func (s *Semaphore) Permits(permitCtx context.Context) int64 {
+	if p := s.permitOf(permitCtx); p != nil {
+		if ended, _ := p.hold.State(); !ended {
+			return p.n
+		}
+	}
+	return 0
+}
+
+func (s *Semaphore) permitOf(ctx context.Context) *permit {
+	if ctx == nil || s.c == nil {
+		return nil
+	}
+	p, _ := ctx.Value(permitKey{s.c, s.name}).(*permit)
+	return p
+}
+
+func (s *Semaphore) notHeld(cause error) error {
+	if cause == nil || errors.Is(cause, ErrReleased) {
+		return fmt.Errorf("%w: %q was already released by this context", ErrNotHeld, s.name)
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, cause)
+}

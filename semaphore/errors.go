@@ -1,0 +1,38 @@
+package semaphore
+
+import (
+	"errors"
+
+	"github.com/relockio/relock/internal/core"
+)
+
+// Errors returned (wrapped, with detail) by this package. Check them with errors.Is.
+var (
+	// ErrNoPermits reports that TryAcquire or Drain found too few permits free.
+	ErrNoPermits = errors.New("semaphore: no permits available")
+	// ErrNotHeld reports that the context passed holds no permit of the
+	// semaphore (never acquired, already released, or its lease expired: then
+	// the error also matches ErrLeaseLost).
+	ErrNotHeld = errors.New("semaphore: permit not held")
+	// ErrNoLimit reports a semaphore whose limit was never set.
+	ErrNoLimit = errors.New("semaphore: no limit set")
+	// ErrExceedsLimit reports a request for more permits than the limit: it
+	// could never be granted, so it fails at once.
+	ErrExceedsLimit = errors.New("semaphore: request exceeds the limit")
+	// ErrInvalidName reports an unusable semaphore name.
+	ErrInvalidName = errors.New("semaphore: invalid name")
+	// ErrInvalidCount reports a permit count or limit out of range.
+	ErrInvalidCount = errors.New("semaphore: invalid count")
+	// ErrInvalidLease reports a non-positive lease or wait timeout.
+	ErrInvalidLease = errors.New("semaphore: invalid lease")
+	// ErrReleased is the cause of a permit context cancelled by Release.
+	ErrReleased = errors.New("semaphore: released")
+	// ErrInvalidClient reports a nil rlock.Client.
+	ErrInvalidClient = errors.New("semaphore: invalid client")
+
+	// ErrLeaseLost is the cause of a permit context whose lease ended without
+	// Release; it is rlock.ErrLeaseLost.
+	ErrLeaseLost = core.ErrLeaseLost
+	// ErrClosed reports use of a closed Client; it is rlock.ErrClosed.
+	ErrClosed = core.ErrClosed
+)

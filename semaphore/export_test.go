@@ -1,0 +1,26 @@
+package semaphore
+
+import "context"
+
+// ReleaseWithRequestID releases the permits carried by permitCtx as Release
+// does, but under the given release request id, so that a test can replay the
+// request the way a retry inside Release does.
+func ReleaseWithRequestID(s *Semaphore, permitCtx context.Context, requestID string) error {
+	p := s.permitOf(permitCtx)
+	if p == nil {
+		return ErrNotHeld
+	}
+	return s.release(permitCtx, p, requestID)
+}
+
+// ReleaseScript runs sem_release.lua once for the permit carried by permitCtx,
+// under request id, bypassing the client-side state of the hold: exactly what
+// an attempt inside Release sends, whose reply may be lost. It returns the
+// script's answer: the permits released, or a negative code.
+func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context, requestID string) (int64, error) {
+	p := s.permitOf(permitCtx)
+	if p == nil {
+		return 0, ErrNotHeld
+	}
+	return s.releaseScript(ctx, p.hold.Owner, requestID)
+}
