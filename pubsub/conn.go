@@ -228,10 +228,13 @@ func (c *conn) run() {
 	reconnect := false
 	for {
 		connected := time.Now()
-		dc, release := c.mux.client.Dedicate()
+		dc, _ := c.mux.client.Dedicate()
 		lost := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage})
 		c.serve(ctx, dc, lost, reconnect)
-		release()
+		// Close rather than release: a connection that carried subscriptions,
+		// or that stalled, must not go back to the pool, and closing does not
+		// wait on a server that stopped answering.
+		dc.Close()
 		if ctx.Err() != nil {
 			return
 		}

@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -780,7 +782,7 @@ func (f *ftFlakyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	if release && r.Error() == nil { // not NOSCRIPT: the script ran
 		f.releases.Add(1)
 		if f.lose.CompareAndSwap(true, false) {
-			return rueidis.NewErrorResult(errors.New("injected: connection reset after the command was sent"))
+			return rueidis.NewErrorResult(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
 		}
 	}
 	return r

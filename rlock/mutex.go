@@ -114,6 +114,10 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	return a.hold(ctx)
 }
 
+// minReservedBackoff is the first re-check delay while the lock is reserved for
+// another waiter; it doubles on every re-check that finds it still reserved.
+const minReservedBackoff = 20 * time.Millisecond
+
 // acquisition is one Lock call's first acquisition, retried while waiting.
 type acquisition struct {
 	m      *Mutex
@@ -122,6 +126,10 @@ type acquisition struct {
 	renew  bool
 	sentAt time.Time
 	reply  acquireReply
+	// reservedBackoff spaces re-checks while the lock is reserved for the
+	// head waiter: that waiter normally takes it within a round trip, and its
+	// lease (which may be short) then bounds the wait, not its place's lapse.
+	reservedBackoff time.Duration
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
@@ -148,6 +156,12 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		return true, 0, nil
 	case 0:
 		retry := c.RetryAfter(r.wait)
+		if r.reserved {
+			a.reservedBackoff = min(max(2*a.reservedBackoff, minReservedBackoff), retry)
+			retry = a.reservedBackoff
+		} else {
+			a.reservedBackoff = 0
+		}
 		if w != nil {
 			// Re-check often enough to keep our place in the queue, which
 			// lapses one watchdog timeout after the last check.

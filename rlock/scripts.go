@@ -27,6 +27,9 @@ type acquireReply struct {
 	token  uint64
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+	// reserved: the lock is free but kept for the waiter at the head of the
+	// queue; wait is then when that waiter's place lapses, not a lease.
+	reserved bool
 }
 
 func flag(b bool) string {
@@ -46,8 +49,8 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, le
 	switch {
 	case r.status == 1 && len(vals) == 3:
 		r.token, r.count = uint64(vals[1]), vals[2]
-	case r.status == 0 && len(vals) == 2:
-		r.wait = vals[1]
+	case r.status == 0 && len(vals) == 3:
+		r.wait, r.reserved = vals[1], vals[2] == 1
 	case r.status < 0:
 	default:
 		return acquireReply{}, fmt.Errorf("rlock: unexpected acquire reply %v", vals)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -55,6 +58,9 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 			lastErr = err
 			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
 			retryIn = backoff
+		case err != nil && ctx.Err() != nil:
+			// The attempt failed because the wait ended: report why it ended.
+			return CtxError(ctx)
 		case err != nil:
 			return err
 		default:
@@ -99,7 +105,9 @@ func (c *Client) RetryAfter(pttl int64) time.Duration {
 }
 
 // Transient tells errors worth retrying: connection failures, and Redis
-// replies that mean "not now" (loading, failover, busy script).
+// replies that mean "not now" (loading, failover, busy script). Everything
+// else, including every error this module constructs, is final: retrying it
+// could only loop.
 func Transient(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
@@ -111,7 +119,10 @@ func Transient(err error) bool {
 		return re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() ||
 			strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "READONLY")
 	}
-	return true
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, rueidis.ErrDoCacheAborted)
 }
 
 // RetryTransient runs op until it succeeds, fails for good, or ctx ends.

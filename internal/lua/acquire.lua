@@ -20,10 +20,11 @@
 -- Returns an array:
 --   {1, token, count}  acquired; token is the new fencing token (0 on re-entry),
 --                      count the hold count after this acquisition
---   {0, wait}          not acquired; wait is the holder's remaining lease in
---                      milliseconds (-1 when the key has no expiry), or, when
---                      the lock is free but reserved for the head waiter, the
---                      time until that waiter's place lapses
+--   {0, wait, reserved} not acquired; with reserved 0, wait is the holder's
+--                      remaining lease in milliseconds (-1 when the key has no
+--                      expiry); with reserved 1 the lock is free but reserved
+--                      for the head waiter, and wait is the time until that
+--                      waiter's place lapses
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
@@ -44,7 +45,7 @@ end
 local now = now_ms()
 mutex_purge(queue, waiters, now)
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
-local wait
+local wait, reserved = 0, 0
 if redis.call('EXISTS', lock) == 0 then
   if not head or head == owner then
     mutex_dequeue(queue, waiters, owner)
@@ -56,6 +57,7 @@ if redis.call('EXISTS', lock) == 0 then
   -- lost, and re-check when its place would lapse.
   redis.call(ARGV[6], ARGV[7], '@' .. head)
   wait = math.max(tonumber(redis.call('ZSCORE', waiters, head)) - now, 0)
+  reserved = 1
 else
   wait = redis.call('PTTL', lock)
 end
@@ -65,4 +67,4 @@ if ARGV[4] == '1' then
   end
   redis.call('ZADD', waiters, now + tonumber(ARGV[5]), owner)
 end
-return {0, wait}
+return {0, wait, reserved}

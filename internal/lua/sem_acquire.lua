@@ -29,6 +29,7 @@ sem_reclaim(now)
 local avail = sem_available()
 if not avail then
   sem_dequeue(id)
+  sem_wake_head(ARGV[5], ARGV[6])
   return {-4}
 end
 local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
@@ -39,6 +40,7 @@ else
   n = tonumber(want)
   if n > limit then
     sem_dequeue(id)
+    sem_wake_head(ARGV[5], ARGV[6])
     return {-3, limit}
   end
 end

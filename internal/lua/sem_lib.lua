@@ -47,15 +47,18 @@ local function sem_dequeue(id)
 end
 
 -- Wakes the waiter at the head of the queue, by id, if what it asks for is
--- free now: exactly one process acts on a release, and no herd forms.
+-- free now, or if it can never be served (no limit, or it wants more than the
+-- limit) so that it fails at once: exactly one process acts on a release, and
+-- no herd forms.
 local function sem_wake_head(publish, channel)
   local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
   if not head then
     return
   end
+  local limit = redis.call('HGET', KEYS[1], 'limit')
   local avail = sem_available()
   local want = tonumber(redis.call('HGET', KEYS[6], head) or '1')
-  if avail and avail >= want then
+  if not limit or avail >= want or want > tonumber(limit) then
     redis.call(publish, channel, '@' .. head)
   end
 end
