@@ -3,7 +3,7 @@
 # start their own redis-server).
 GO ?= go
 
-.PHONY: demo test lint check-redis
+.PHONY: demo test bench check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -23,4 +23,6 @@ test: check-redis
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lint: test
+## bench: every lock contender side by side against one Redis (minutes; BENCH_FLAGS=-quick for ~1)
+bench: check-redis
+	cd bench && $(GO) run -mod=mod . $(BENCH_FLAGS)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/relockio/relock/rlock"
+	"github.com/relockio/relock/semaphore"
 )
 
 // Contender is one lock implementation under test. Add one with register (in
@@ -93,6 +94,16 @@ func init() {
 		Open:   openRlock,
 		Keys: func(prefix, name string) ([]string, int) {
 			return []string{prefix + ":{" + name + "}"}, 1
+		},
+	})
+	register(Contender{
+		Slug:   "semaphore",
+		Name:   "semaphore 1 permit",
+		Config: "semaphore.NewLock: a semaphore with limit 1, permits as watchdog leases (30s), same Client machinery as rlock",
+		Open:   openSemaphoreLock,
+		Keys: func(prefix, name string) ([]string, int) {
+			// The permits zset exists exactly while a permit is held.
+			return []string{prefix + ":{" + name + "}:sem:permits"}, 1
 		},
 	})
 	register(Contender{
@@ -214,6 +225,27 @@ func (l *rlockClient) Close() error {
 	err := l.c.Close()
 	l.rc.Close()
 	return err
+}
+
+// --- semaphore with one permit ---
+
+type semaphoreClient struct{ *rlockClient }
+
+func openSemaphoreLock(ctx context.Context, env OpenEnv) (LockClient, error) {
+	lc, err := openRlock(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	return semaphoreClient{lc.(*rlockClient)}, nil
+}
+
+func (l semaphoreClient) Lock(ctx context.Context, name string) (Held, error) {
+	sl := semaphore.NewLock(l.c, name)
+	permitCtx, err := sl.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return heldFunc(func(context.Context) error { return sl.Unlock(permitCtx) }), nil
 }
 
 // --- rueidislock ---
