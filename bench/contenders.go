@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -40,9 +41,9 @@ type Contender struct {
 
 // OpenEnv is what Contender.Open gets.
 type OpenEnv struct {
-	Addr     string    // Redis host:port
-	Prefix   string    // every key of the run starts with it (no braces)
-	Requests *Requests // counts the commands the client sends
+	Addr     string            // Redis host:port
+	Prefix   string            // every key of the run starts with it (no braces)
+	Requests *measure.Requests // counts the commands the client sends
 }
 
 // LockClient is one client of a contender.
@@ -167,7 +168,7 @@ func init() {
 	register(Contender{
 		Slug:   "spin",
 		Name:   "spin SET NX",
-		Config: fmt.Sprintf("SET NX PX 30s, retry backoff %v doubling to %v, compare-and-delete release", spinMinBackoff, spinMaxBackoff),
+		Config: fmt.Sprintf("SET NX PX 30s, retry backoff %v doubling to %v, compare-and-delete release", measure.SpinMinBackoff, measure.SpinMaxBackoff),
 		Open:   openSpin,
 		Keys:   plainKey,
 	})
@@ -181,7 +182,7 @@ func newRueidis(env OpenEnv) (rueidis.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingClient{Client: rc, n: env.Requests}, nil
+	return measure.CountingClient(rc, env.Requests), nil
 }
 
 // newGoRedis returns a go-redis client for addr, as the peers' READMEs set it
@@ -261,7 +262,7 @@ func openRueidislock(env OpenEnv, opt rueidislock.LockerOption) (LockClient, err
 		if err != nil {
 			return nil, err
 		}
-		return &countingClient{Client: rc, n: env.Requests}, nil
+		return measure.CountingClient(rc, env.Requests), nil
 	}
 	l, err := rueidislock.NewLocker(opt)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/measure"
 )
 
 // Job is one run of one contender in one worker process.
@@ -81,7 +83,7 @@ const maxErrors = 1000
 type load struct {
 	job     Job
 	c       Contender
-	reqs    *Requests
+	reqs    *measure.Requests
 	clients []LockClient
 	raw     rueidis.Client // counter updates and probes; not counted
 
@@ -102,7 +104,7 @@ func openLoad(ctx context.Context, job Job) (*load, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown contender %q", job.Contender)
 	}
-	l := &load{job: job, c: c, reqs: newRequests(), probes: map[string]int64{}}
+	l := &load{job: job, c: c, reqs: new(measure.Requests), probes: map[string]int64{}}
 	var err error
 	l.raw, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{job.Addr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/measure"
 )
 
 // bench is the parent's state: the Redis under test, the raw client that
@@ -244,7 +246,7 @@ func (b *bench) pingFloor(ctx context.Context, n int) (p50, p99 float64, err err
 		rtts = append(rtts, mono()-t0)
 	}
 	slices.Sort(rtts)
-	return ms(percentile(rtts, 0.5)), ms(percentile(rtts, 0.99)), nil
+	return ms(measure.Percentile(rtts, 0.5)), ms(measure.Percentile(rtts, 0.99)), nil
 }
 
 // cleanUp deletes the keys of this bench run, which matters on a shared

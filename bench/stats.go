@@ -2,9 +2,10 @@ package main
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/relockio/relock/internal/measure"
 )
 
 // Point is one configuration of a scenario; every contender runs it.
@@ -115,8 +116,8 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		waits[i] = rec[recAcq] - rec[recStart]
 	}
 	slices.Sort(waits)
-	r.WaitP50 = ms(percentile(waits, 0.50))
-	r.WaitP99 = ms(percentile(waits, 0.99))
+	r.WaitP50 = ms(measure.Percentile(waits, 0.50))
+	r.WaitP99 = ms(measure.Percentile(waits, 0.99))
 	if len(waits) > 0 {
 		r.WaitMax = max(r.WaitMax, ms(waits[len(waits)-1]))
 	}
@@ -141,10 +142,10 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	}
 	slices.Sort(handoffs)
 	r.HandoffN = len(handoffs)
-	r.HandoffP50 = ms(percentile(handoffs, 0.50))
-	r.HandoffP99 = ms(percentile(handoffs, 0.99))
+	r.HandoffP50 = ms(measure.Percentile(handoffs, 0.50))
+	r.HandoffP99 = ms(measure.Percentile(handoffs, 0.99))
 
-	r.Jain = jain(perG)
+	r.Jain = measure.Jain(perG)
 	for _, n := range perG {
 		if n == 0 {
 			r.Starved++
@@ -205,29 +206,6 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
-}
-
-// percentile returns the p-th percentile (0..1) of sorted, nearest rank.
-func percentile(sorted []int64, p float64) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// jain is Jain's fairness index: 1 when every goroutine got the same number
-// of acquisitions, 1/n when one got them all.
-func jain(xs []int64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += float64(x)
-		sq += float64(x) * float64(x)
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(xs)) * sq)
 }
 
 // median summarises the rounds of one contender at one point: the median of

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
@@ -60,17 +61,17 @@ type settings struct {
 type rig struct {
 	raw     []rueidis.Client // the counter's GET and SET go here, uncounted
 	lockers []locker         // built on counting wrappers of raw
-	reqs    *requests
+	reqs    *measure.Requests
 }
 
-// measure runs both phases for one contender, on one set of clients:
+// runContender runs both phases for one contender, on one set of clients:
 // everything it opened is closed when it returns.
-func measure(ctx context.Context, srv *redistest.Server, s settings, c contender) (hot *result, blk *blockedResult, err error) {
+func runContender(ctx context.Context, srv *redistest.Server, s settings, c contender) (hot *result, blk *blockedResult, err error) {
 	// Separate rueidis clients, so that the contenders are separate processes
 	// as far as Redis is concerned (own connections, own pub/sub).
 	// Deferred in this order so that the lockers close first: an rlock.Client
 	// must be closed before the rueidis client it runs on.
-	r := &rig{reqs: new(requests)}
+	r := &rig{reqs: new(measure.Requests)}
 	defer func() {
 		for _, rc := range r.raw {
 			rc.Close()
@@ -87,7 +88,7 @@ func measure(ctx context.Context, srv *redistest.Server, s settings, c contender
 			return nil, nil, err
 		}
 		r.raw = append(r.raw, rc)
-		l, err := c.open(&countingClient{Client: rc, n: r.reqs}, i)
+		l, err := c.open(measure.CountingClient(rc, r.reqs), i)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -134,7 +135,7 @@ func runHot(ctx context.Context, srv *redistest.Server, s settings, c contender,
 	if err != nil {
 		return nil, err
 	}
-	reqsBefore := r.reqs.snapshot()
+	reqsBefore := r.reqs.Snapshot()
 
 	res := &result{name: c.name, clients: s.clients, perGo: make([]int64, s.clients*s.goroutines)}
 	runCtx, stop := context.WithTimeoutCause(ctx, s.duration, errTimeUp)
@@ -163,7 +164,7 @@ func runHot(ctx context.Context, srv *redistest.Server, s settings, c contender,
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
-	reqsAfter := r.reqs.snapshot()
+	reqsAfter := r.reqs.Snapshot()
 	if fail != nil {
 		return nil, fail
 	}

@@ -96,9 +96,9 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 	// that no waiter is left waiting for a lock nobody releases.
 	settle := min(blockedSettle, s.block/4)
 	sleepUntil(ctx, launched.Add(settle))
-	from, t0 := r.reqs.total.Load(), time.Now()
+	from, t0 := r.reqs.Total(), time.Now()
 	sleepUntil(ctx, held.Add(s.block))
-	to, t1 := r.reqs.total.Load(), time.Now()
+	to, t1 := r.reqs.Total(), time.Now()
 	holderErr = errors.Join(holderErr, unlock())
 	unlocked := time.Now()
 	wg.Wait()

@@ -46,6 +46,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
@@ -103,7 +104,7 @@ func run() int {
 		blocked []*blockedResult
 	)
 	for _, c := range contenders(s.prefix) {
-		h, b, err := measure(ctx, srv, s, c)
+		h, b, err := runContender(ctx, srv, s, c)
 		if err != nil {
 			if ctx.Err() != nil {
 				fmt.Fprintln(os.Stderr, "rlock-demo: interrupted")
@@ -165,10 +166,10 @@ func contenders(prefix string) []contender {
 			},
 		},
 		{
-			name: fmt.Sprintf("spin SET NX (%v-%v backoff)", spinMinBackoff, spinMaxBackoff),
+			name: fmt.Sprintf("spin SET NX (%v-%v backoff)", measure.SpinMinBackoff, measure.SpinMaxBackoff),
 			slug: "spin",
 			open: func(rc rueidis.Client, i int) (locker, error) {
-				return newSpinLock(rc, prefix+":spin:{"+lockName+"}", fmt.Sprintf("client%d", i)), nil
+				return &spinLock{l: measure.NewSpinLocker(rc, fmt.Sprintf("client%d", i), spinLease), key: prefix + ":spin:{" + lockName + "}"}, nil
 			},
 		},
 	}

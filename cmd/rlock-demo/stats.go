@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/relockio/relock/internal/measure"
 )
 
 // result is what one run measured.
@@ -73,29 +75,6 @@ func (r *result) topClientShare() float64 {
 	return float64(slices.Max(per)) / float64(r.acquired)
 }
 
-// percentile returns the p-th percentile (0..1) of sorted, nearest-rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
-// takes everything. It shows whether every goroutine got its turn.
-func jain(xs []int64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += float64(x)
-		sq += float64(x) * float64(x)
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(xs)) * sq)
-}
-
 // printTable prints the hot-phase runs side by side, one row per measure.
 func printTable(rs ...*result) {
 	waits := make([][]time.Duration, len(rs))
@@ -109,15 +88,15 @@ func printTable(rs ...*result) {
 	row("", func(_ int, r *result) string { return r.name })
 	row("acquisitions/s", func(_ int, r *result) string { return fmt.Sprintf("%.0f", r.rate()) })
 	row("acquisitions", func(_ int, r *result) string { return fmt.Sprint(r.acquired) })
-	row("wait p50", func(i int, _ *result) string { return fmtDur(percentile(waits[i], 0.5)) })
-	row("wait p99", func(i int, _ *result) string { return fmtDur(percentile(waits[i], 0.99)) })
+	row("wait p50", func(i int, _ *result) string { return fmtDur(measure.Percentile(waits[i], 0.5)) })
+	row("wait p99", func(i int, _ *result) string { return fmtDur(measure.Percentile(waits[i], 0.99)) })
 	row("wait max", func(i int, r *result) string { return fmtMaxWait(r, waits[i]) })
 	row("lock idle between holders (mean)", func(_ int, r *result) string { return fmtDur(r.idle) })
 	row("Redis requests / acquisition", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs)) })
 	row("  incl. counter GET+SET", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs+2*r.acquired)) })
 	row("commands run in Redis / acq. (incl. in scripts)", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockCmds)) })
 	row("counter", func(_ int, r *result) string { return fmtCounter(r.lost()) })
-	row("fairness (Jain)", func(_ int, r *result) string { return fmt.Sprintf("%.2f", jain(r.perGo)) })
+	row("fairness (Jain)", func(_ int, r *result) string { return fmt.Sprintf("%.2f", measure.Jain(r.perGo)) })
 	row("goroutines never served", func(_ int, r *result) string { return fmt.Sprintf("%d of %d", r.starved(), len(r.perGo)) })
 	row("busiest client's share", func(_ int, r *result) string { return fmt.Sprintf("%.0f%%", 100*r.topClientShare()) })
 	t.print()
@@ -145,7 +124,7 @@ func printBlockedTable(bs ...*blockedResult) {
 // end waited at least as long as it had so far; a starved goroutine would
 // otherwise not show up at all.
 func fmtMaxWait(r *result, sorted []time.Duration) string {
-	if m := percentile(sorted, 1); m >= r.longestCut {
+	if m := measure.Percentile(sorted, 1); m >= r.longestCut {
 		return fmtDur(m)
 	}
 	return "≥" + fmtDur(r.longestCut) + " (unfinished)"
@@ -248,7 +227,7 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 	fmt.Printf("Wake-up: the first waiter had the lock %s after the holder's Unlock returned with %s, %s spinning (%s: %s); "+
 		"a spinning waiter only notices at its next poll, up to %v apart with this backoff. All %d waiters had had it once after %s and %s.\n",
 		fmtDur(bm.wake), mutex.name, fmtDur(bs.wake), mutex.name, ratio(bm.wake.Seconds(), bs.wake.Seconds(), "sooner", "later"),
-		spinMaxBackoff, bm.waiters, fmtDur(bm.drain), fmtDur(bs.drain))
+		measure.SpinMaxBackoff, bm.waiters, fmtDur(bm.drain), fmtDur(bs.drain))
 
 	// Starvation under the hot load.
 	fmt.Printf("Starvation: under the hot load %d of %d goroutines never got the lock with %s, %d spinning; the longest wait was %s and %s.\n",
