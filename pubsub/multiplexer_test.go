@@ -148,6 +148,8 @@ func mxKillSubscribers(ctx context.Context, t *testing.T, srv *redistest.Server)
 }
 
 func mxSubscriberIDs(clientList string) []string {
+	// RESP3 sends CLIENT LIST as a verbatim string, prefixed with its format.
+	clientList = strings.TrimPrefix(clientList, "txt:")
 	var ids []string
 	for line := range strings.Lines(clientList) {
 		var id, flags string

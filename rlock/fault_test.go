@@ -210,6 +210,8 @@ func (e *ftEnv) subscriberIDs(clientName string) []string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// RESP3 sends CLIENT LIST as a verbatim string, prefixed with its format.
+	list = strings.TrimPrefix(list, "txt:")
 	var ids []string
 	for line := range strings.Lines(list) {
 		var id, flags, cname string
