@@ -40,7 +40,7 @@ func scenarios() []scenario {
 	var out []scenario
 	for _, kind := range []string{"mutex", "semaphore"} {
 		out = append(out,
-			scenario{name: "conn-kill", kind: kind, shortOps: 60, fullOps: 1000, inject: injectConnKill},
+			scenario{name: "conn-kill", kind: kind, shortOps: 100, fullOps: 1000, inject: injectConnKill},
 			scenario{name: "redis-restart", kind: kind, shortOps: 60, fullOps: 1000, inject: injectRestart},
 			scenario{name: "holder-paused", kind: kind, shortOps: 40, fullOps: 400, longEvery: 10, longHold: 500 * time.Millisecond, inject: injectHolderPause},
 			scenario{name: "watchdog-cut", kind: kind, shortOps: 40, fullOps: 400, longEvery: 10, longHold: 5 * watchdog / 2, inject: injectWatchdogCut},
@@ -71,6 +71,9 @@ func TestChaos(t *testing.T) {
 					t.Errorf("violation: %s", v)
 				}
 				t.Logf("%s", res.row())
+				if res.foreignDeadlines > 0 {
+					t.Logf("%d acquisition(s) failed with an error matching context.DeadlineExceeded while neither ctx nor the wait timeout had ended", res.foreignDeadlines)
+				}
 				mu.Lock()
 				results = append(results, res)
 				mu.Unlock()
@@ -131,19 +134,28 @@ func formatTable(results []result) string {
 }
 
 // injectConnKill kills the lock server's pub/sub connections and its normal
-// (command) connections, alternately, every 300ms.
-func injectConnKill(r *run, _ bool) {
+// (command) connections, alternately, spread evenly over the run: 20 times in
+// the short run, 200 in the full one.
+func injectConnKill(r *run, full bool) {
+	n := int64(20)
+	if full {
+		n = 200
+	}
 	types := []string{"pubsub", "normal"}
-	for i := 0; r.pause(300 * time.Millisecond); i++ {
+	for i := int64(1); i <= n; i++ {
+		if !r.waitProgress(r.cfg.Total * i / (n + 1)) {
+			return
+		}
+		typ := types[i%2]
 		start := mono()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := r.lock.KillClients(ctx, types[i%2])
+		_, err := r.lock.KillClients(ctx, typ)
 		cancel()
 		if err != nil {
-			r.t.Logf("CLIENT KILL: %v", err)
-			continue
+			r.t.Errorf("CLIENT KILL TYPE %s: %v", typ, err)
+			return
 		}
-		r.fault("kill "+types[i%2], start)
+		r.fault("kill "+typ, start)
 	}
 }
 
@@ -242,8 +254,9 @@ func injectWatchdogCut(r *run, full bool) {
 }
 
 // injectRedisStall stalls the whole lock server in turn with CLIENT PAUSE,
-// DEBUG SLEEP and SIGSTOP, for half a lease and then for 1.5 leases.
-func injectRedisStall(r *run, _ bool) {
+// DEBUG SLEEP and SIGSTOP, for half a lease and for 1.5 leases: each of the
+// six once in the short run, five times in the full one, spread over the run.
+func injectRedisStall(r *run, full bool) {
 	steps := []struct {
 		kind string
 		d    time.Duration
@@ -251,8 +264,15 @@ func injectRedisStall(r *run, _ bool) {
 		{"client pause", watchdog / 2}, {"debug sleep", watchdog / 2}, {"sigstop redis", watchdog / 2},
 		{"client pause", 3 * watchdog / 2}, {"debug sleep", 3 * watchdog / 2}, {"sigstop redis", 3 * watchdog / 2},
 	}
-	for i := 0; r.pause(500 * time.Millisecond); i++ {
-		s := steps[i%len(steps)]
+	n := int64(len(steps))
+	if full {
+		n *= 5
+	}
+	for i := int64(0); i < n; i++ {
+		if !r.waitProgress(r.cfg.Total * (i + 1) / (n + 1)) {
+			return
+		}
+		s := steps[i%int64(len(steps))]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		start := mono()
 		var err error

@@ -25,6 +25,10 @@ type result struct {
 	lostLeases int
 	timeouts   int // waits that ended with the wait timeout (a clear error)
 	errs       int // acquisitions failed with a Redis error (a clear error)
+	// foreignDeadlines counts acquisitions failed with an error matching
+	// context.DeadlineExceeded although neither the caller's context nor the
+	// wait timeout had ended.
+	foreignDeadlines int
 	stuck      int
 	recovery   time.Duration
 	elapsed    time.Duration
@@ -84,8 +88,11 @@ func (r *run) check(elapsed time.Duration) result {
 			res.timeouts++
 		case "redis", "nolimit":
 			res.errs++
+		case "foreign-deadline":
+			res.errs++
+			res.foreignDeadlines++
 		default:
-			res.violation("op %d: acquisition failed with an unclear error (%s): %s", e.Op, e.AcqClass, e.AcqErr)
+			res.violation("op %d: acquisition failed after %v with an unclear error (%s): %s", e.Op, wait.Round(time.Millisecond), e.AcqClass, e.AcqErr)
 		}
 		if e.AcqClass != "" {
 			continue

@@ -46,6 +46,7 @@ type run struct {
 	events  []event
 	faults  []fault
 	targets map[string]targetFault // operations a fault was aimed at, by owner
+	ready   map[int]bool
 	done    map[int]bool
 	closed  map[int]event
 }
@@ -117,6 +118,7 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		t: t, sc: sc, lock: servers[0], res: servers[1],
 		entered: make(chan event, 1024),
 		targets: map[string]targetFault{},
+		ready:   map[int]bool{},
 		done:    map[int]bool{},
 		closed:  map[int]event{},
 	}
@@ -143,6 +145,15 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		t.Cleanup(func() { _ = p.Close() })
 		r.proxies = append(r.proxies, p)
 		r.startWorker(i, p.Addr())
+	}
+
+	if !r.waitWorkers(func() bool { return len(r.ready) == workers }, time.Minute) {
+		t.Fatal("workers did not start")
+	}
+	for _, in := range r.stdins {
+		if _, err := io.WriteString(in, "go\n"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The workload ends when every worker reported "done" (or died).
@@ -236,6 +247,8 @@ func (r *run) readEvents(id int, stdout io.Reader) {
 			}
 		case "op":
 			r.events = append(r.events, ev)
+		case "ready":
+			r.ready[id] = true
 		case "done":
 			r.done[id] = true
 		case "closed":

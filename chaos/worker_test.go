@@ -112,15 +112,16 @@ func (w *worker) emit(e event) {
 
 func (w *worker) run() error {
 	cfg := w.cfg
+	resRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.ResAddr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer resRC.Close()
 	lockRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		return err
 	}
-	resRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.ResAddr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		lockRC.Close()
-		return err
-	}
+	defer lockRC.Close()
 	client, err := rlock.New(lockRC, rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog))
 	if err != nil {
 		return err
@@ -130,6 +131,13 @@ func (w *worker) run() error {
 		w.m = client.Mutex(cfg.Name)
 	} else {
 		w.sem = semaphore.New(client, cfg.Name)
+	}
+
+	// Start when the controller says so: every worker is connected then.
+	w.emit(event{Kind: "ready", Worker: cfg.ID})
+	stdin := bufio.NewReader(os.Stdin)
+	if _, err := stdin.ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start signal: %w", err)
 	}
 
 	// Operations are bounded by the run: a worker that cannot finish in
@@ -150,7 +158,7 @@ func (w *worker) run() error {
 	w.emit(event{Kind: "done", Worker: cfg.ID})
 
 	// Stay connected until the controller has looked at subscriptions.
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	_, _ = io.Copy(io.Discard, stdin)
 	_ = client.Close()
 	lockRC.Close()
 	resRC.Close()
@@ -198,6 +206,13 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	ev.TAcq = mono()
 	if err != nil {
 		ev.AcqErr, ev.AcqClass = err.Error(), classifyAcquire(err)
+		if ev.AcqClass == "ctx" && ctx.Err() == nil {
+			// Neither our context nor the wait timeout ended: the deadline
+			// is another call's (rueidis fails every call on a connection
+			// that one call's deadline broke). A connection error, reported
+			// misleadingly.
+			ev.AcqClass = "foreign-deadline"
+		}
 		ev.TEnd = ev.TAcq
 		w.emit(ev)
 		if errors.Is(err, semaphore.ErrNoLimit) {
