@@ -29,10 +29,10 @@ type result struct {
 	// context.DeadlineExceeded although neither the caller's context nor the
 	// wait timeout had ended.
 	foreignDeadlines int
-	stuck      int
-	recovery   time.Duration
-	elapsed    time.Duration
-	violations []string
+	stuck            int
+	recovery         time.Duration
+	elapsed          time.Duration
+	violations       []string
 }
 
 func (res *result) violation(format string, args ...any) {

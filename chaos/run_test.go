@@ -186,7 +186,9 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 }
 
 // runBound is how long a run may take before its waiters count as stuck.
-func runBound(ops int64) time.Duration { return 2*time.Minute + time.Duration(ops)*200*time.Millisecond }
+func runBound(ops int64) time.Duration {
+	return 2*time.Minute + time.Duration(ops)*200*time.Millisecond
+}
 
 func (r *run) startWorker(id int, lockAddr string) {
 	t := r.t
