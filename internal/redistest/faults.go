@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // WithDebugCommand allows the DEBUG command from loopback connections, which
@@ -56,28 +58,29 @@ type KeyState struct {
 // with its serialized value, for checking that an operation left Redis
 // unchanged.
 func (s *Server) Snapshot(ctx context.Context, match string) (map[string]KeyState, error) {
-	keys, err := s.Keys(ctx, match)
+	c, err := s.Client(func(o *rueidis.ClientOption) { o.DisableCache = true })
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	keys, err := scanKeys(ctx, c, match)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]KeyState, len(keys))
 	for _, k := range keys {
-		d, err := s.Do(ctx, "DUMP", k)
-		if err != nil {
-			return nil, err
-		}
-		if d.IsNil() {
+		res := c.DoMulti(ctx, c.B().Dump().Key(k).Build(), c.B().Pttl().Key(k).Build())
+		b, err := res[0].ToString()
+		if rueidis.IsRedisNil(err) {
 			continue // expired meanwhile
 		}
-		b, err := d.ToString()
 		if err != nil {
 			return nil, fmt.Errorf("redistest: DUMP %q: %w", k, err)
 		}
-		ttl, err := s.Do(ctx, "PTTL", k)
+		ms, err := res[1].AsInt64()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("redistest: PTTL %q: %w", k, err)
 		}
-		ms, _ := ttl.AsInt64()
 		out[k] = KeyState{Dump: hex.EncodeToString([]byte(b)), HasExpiry: ms >= 0}
 	}
 	return out, nil
@@ -85,11 +88,15 @@ func (s *Server) Snapshot(ctx context.Context, match string) (map[string]KeyStat
 
 // Keys lists the keys matching the SCAN pattern match, sorted.
 func (s *Server) Keys(ctx context.Context, match string) ([]string, error) {
-	c, err := s.Client()
+	c, err := s.Client(func(o *rueidis.ClientOption) { o.DisableCache = true })
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
+	return scanKeys(ctx, c, match)
+}
+
+func scanKeys(ctx context.Context, c rueidis.Client, match string) ([]string, error) {
 	var keys []string
 	var cursor uint64
 	for {
