@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,7 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos suite skipped in -short mode")
 	}
+	suiteStart := time.Now()
 	var mu sync.Mutex
 	var results []result
 	t.Run("group", func(t *testing.T) {
@@ -87,8 +89,14 @@ func TestChaos(t *testing.T) {
 		if *fullRun {
 			mode = "full"
 		}
-		text := fmt.Sprintf("Measured %s UTC (%s suite, %d worker processes x %d goroutines, lease %v, wait timeout %v, semaphore limit %d):\n\n%s",
-			time.Now().UTC().Format("2006-01-02 15:04"), mode, workers, goroutines, watchdog, waitTimeout, semLimit, table)
+		cmd := "`make chaos` (`go test -race -count=1 -run '^TestChaos$' -timeout 30m ./chaos -chaos.full -chaos.results=RESULTS.md`)"
+		if !*fullRun {
+			cmd = "`go test -race -count=1 -run '^TestChaos$' ./chaos -chaos.results=RESULTS.md` (short suite)"
+		}
+		text := fmt.Sprintf("Measured %s UTC with %s in %v on %d CPUs: %s suite, %d worker processes x %d goroutines, "+
+			"lease (watchdog timeout) %v, wait timeout %v, semaphore limit %d.\n\n%s",
+			time.Now().UTC().Format("2006-01-02 15:04"), cmd, time.Since(suiteStart).Round(time.Second), runtime.NumCPU(),
+			mode, workers, goroutines, watchdog, waitTimeout, semLimit, table)
 		if err := os.WriteFile(*resultsFile, []byte(text), 0o644); err != nil {
 			t.Error(err)
 		}
@@ -135,8 +143,11 @@ func formatTable(results []result) string {
 
 // injectConnKill kills the lock server's pub/sub connections and its normal
 // (command) connections, alternately, spread evenly over the run: 20 times in
-// the short run, 200 in the full one.
+// the short run, 200 in the full one. The proxies add 1ms of latency each way.
 func injectConnKill(r *run, full bool) {
+	for _, p := range r.proxies {
+		p.SetLatency(time.Millisecond) // a network with some latency
+	}
 	n := int64(20)
 	if full {
 		n = 200
