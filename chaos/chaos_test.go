@@ -73,6 +73,9 @@ func TestChaos(t *testing.T) {
 					t.Errorf("violation: %s", v)
 				}
 				t.Logf("%s", res.row())
+				if res.lateReleases > 0 {
+					t.Logf("%d release(s) succeeded after the client had declared the lease lost", res.lateReleases)
+				}
 				if res.foreignDeadlines > 0 {
 					t.Logf("%d acquisition(s) failed with an error matching context.DeadlineExceeded while neither ctx nor the wait timeout had ended", res.foreignDeadlines)
 				}

@@ -221,7 +221,7 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 			_, _ = w.sem.TrySetLimit(ctx, cfg.Limit)
 		}
 		if ev.AcqClass == "redis" {
-			time.Sleep(20 * time.Millisecond) // back off while Redis is unreachable
+			time.Sleep(100 * time.Millisecond) // back off while Redis is unreachable
 		}
 		return nil
 	}
