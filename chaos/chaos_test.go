@@ -73,11 +73,8 @@ func TestChaos(t *testing.T) {
 					t.Errorf("violation: %s", v)
 				}
 				t.Logf("%s", res.row())
-				if res.lateReleases > 0 {
-					t.Logf("%d release(s) succeeded after the client had declared the lease lost", res.lateReleases)
-				}
-				if res.foreignDeadlines > 0 {
-					t.Logf("%d acquisition(s) failed with an error matching context.DeadlineExceeded while neither ctx nor the wait timeout had ended", res.foreignDeadlines)
+				if n := res.notes(); n != "" {
+					t.Logf("%s", n)
 				}
 				mu.Lock()
 				results = append(results, res)
@@ -120,6 +117,28 @@ func (res result) cells() []string {
 		fmt.Sprint(res.stuck), res.recovery.Round(time.Millisecond).String(), res.elapsed.Round(100 * time.Millisecond).String()}
 }
 
+// notes lists the figures that are not in the table: failed acquisitions
+// (all with clear errors) and oddities that are not violations.
+func (res result) notes() string {
+	var parts []string
+	if res.timeouts > 0 {
+		parts = append(parts, fmt.Sprintf("%d wait(s) ended by the wait timeout", res.timeouts))
+	}
+	if res.errs > 0 {
+		parts = append(parts, fmt.Sprintf("%d acquisition(s) failed at once with a Redis or connection error", res.errs))
+	}
+	if res.foreignDeadlines > 0 {
+		parts = append(parts, fmt.Sprintf("%d of them matching context.DeadlineExceeded although neither the caller's context nor the wait timeout had ended", res.foreignDeadlines))
+	}
+	if res.lateReleases > 0 {
+		parts = append(parts, fmt.Sprintf("%d release(s) succeeded in Redis after the client had declared the lease lost", res.lateReleases))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return res.name + ": " + strings.Join(parts, "; ") + "."
+}
+
 func (res result) row() string { return "| " + strings.Join(res.cells(), " | ") + " |" }
 
 func formatTable(results []result) string {
@@ -140,6 +159,12 @@ func formatTable(results []result) string {
 	b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
 	for _, res := range sorted {
 		b.WriteString(res.row() + "\n")
+	}
+	b.WriteString("\n")
+	for _, res := range sorted {
+		if n := res.notes(); n != "" {
+			b.WriteString("- " + n + "\n")
+		}
 	}
 	return b.String()
 }

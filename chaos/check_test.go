@@ -32,10 +32,10 @@ type result struct {
 	// lateReleases counts releases that succeeded in Redis after the client
 	// had already declared the lease lost (and cancelled the context).
 	lateReleases int
-	stuck            int
-	recovery         time.Duration
-	elapsed          time.Duration
-	violations       []string
+	stuck        int
+	recovery     time.Duration
+	elapsed      time.Duration
+	violations   []string
 }
 
 func (res *result) violation(format string, args ...any) {
