@@ -18,6 +18,7 @@ import (
 var (
 	fullRun     = flag.Bool("chaos.full", os.Getenv("CHAOS_FULL") != "", "run the full chaos suite (minutes) instead of the short one")
 	resultsFile = flag.String("chaos.results", "", "write the figures as a markdown table to this file")
+	logDir      = flag.String("chaos.logdir", "", "write every operation of every scenario (JSON lines: owner, token, monotonic times, outcome) to this directory")
 )
 
 const (

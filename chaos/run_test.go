@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,6 +172,9 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	elapsed := time.Since(started)
 
 	res := r.check(elapsed)
+	if *logDir != "" {
+		r.writeLog(filepath.Join(*logDir, strings.ReplaceAll(sc.kind+"-"+sc.name, "/", "-")+".jsonl"))
+	}
 	// Let the workers close their clients and report leaks.
 	for _, in := range r.stdins {
 		_ = in.Close()
@@ -303,6 +307,27 @@ func (r *run) undoFaults() {
 	defer cancel()
 	if r.lock.Ping(ctx) != nil {
 		_ = r.lock.Restart(ctx)
+	}
+}
+
+// writeLog writes every operation and fault of the run as JSON lines.
+func (r *run) writeLog(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, f := range r.faults {
+		_ = enc.Encode(map[string]any{"Kind": "fault", "Fault": f.kind, "Start": f.start, "End": f.end})
+	}
+	for _, e := range r.events {
+		_ = enc.Encode(e)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		r.t.Error(err)
+		return
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		r.t.Error(err)
 	}
 }
 
