@@ -38,7 +38,7 @@ type run struct {
 	proxies []*faultproxy.Proxy
 	procs   []*exec.Cmd
 	stdins  []io.WriteCloser
-	stderrs []*bytes.Buffer
+	stderrs []*lockedWriter
 
 	ctx     context.Context // ends when the workload is over
 	entered chan event      // "entered" events, for targeted faults
@@ -165,7 +165,9 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		injector.Go(func() { sc.inject(r, *fullRun) })
 	}
 	started := time.Now()
-	r.waitWorkers(func() bool { return len(r.done) == workers }, runBound(ops))
+	if !r.waitWorkers(func() bool { return len(r.done) == workers }, runBound(ops)) {
+		r.dumpStuck()
+	}
 	stopFaults()
 	injector.Wait()
 	r.undoFaults()
@@ -190,8 +192,38 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 }
 
 // runBound is how long a run may take before its waiters count as stuck.
-func runBound(ops int64) time.Duration {
-	return 2*time.Minute + time.Duration(ops)*200*time.Millisecond
+func runBound(ops int64) time.Duration { return time.Minute + time.Duration(ops)*200*time.Millisecond }
+
+// dumpStuck makes every worker that is not done print its goroutines
+// (SIGQUIT) and logs them: its unfinished operations are reported as stuck.
+func (r *run) dumpStuck() {
+	r.mu.Lock()
+	var stuck []int
+	for i := range r.procs {
+		if !r.done[i] {
+			stuck = append(stuck, i)
+		}
+	}
+	r.mu.Unlock()
+	for _, i := range stuck {
+		_ = r.procs[i].Process.Signal(syscall.SIGCONT)
+		_ = r.procs[i].Process.Signal(syscall.SIGQUIT)
+	}
+	r.waitWorkers(func() bool {
+		for _, i := range stuck {
+			if !r.done[i] {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second)
+	for _, i := range stuck {
+		s := r.stderrs[i].String()
+		if len(s) > 256<<10 {
+			s = s[len(s)-256<<10:]
+		}
+		r.t.Errorf("worker %d did not finish its operations in %v; its goroutines:\n%s", i, runBound(r.cfg.Total), s)
+	}
 }
 
 func (r *run) startWorker(id int, lockAddr string) {
@@ -202,8 +234,8 @@ func (r *run) startWorker(id int, lockAddr string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr := &bytes.Buffer{}
-	cmd.Stderr = &lockedWriter{w: stderr}
+	stderr := &lockedWriter{}
+	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -225,15 +257,23 @@ func (r *run) startWorker(id int, lockAddr string) {
 	go r.readEvents(id, stdout)
 }
 
+// lockedWriter collects a worker's stderr; it is written by exec's copying
+// goroutine and read by the test.
 type lockedWriter struct {
 	mu sync.Mutex
-	w  io.Writer
+	b  bytes.Buffer
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return l.b.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (r *run) readEvents(id int, stdout io.Reader) {
@@ -349,7 +389,7 @@ func (r *run) reap() {
 	}
 }
 
-func tail(b *bytes.Buffer) string {
+func tail(b *lockedWriter) string {
 	s := b.String()
 	if len(s) > 4000 {
 		s = s[len(s)-4000:]
