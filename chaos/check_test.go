@@ -228,7 +228,11 @@ func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]
 // checkLeftovers waits for the lock server to be clean: no subscription, no
 // lock or queue key, every permit back.
 func (r *run) checkLeftovers(ctx context.Context, res *result) {
-	deadline := time.Now().Add(3*watchdog + 10*time.Second)
+	patience := 3*watchdog + 10*time.Second
+	if r.leftoverPatience > 0 {
+		patience = r.leftoverPatience
+	}
+	deadline := time.Now().Add(patience)
 	var problems []string
 	for {
 		problems = r.leftovers(ctx)

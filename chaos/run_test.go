@@ -40,6 +40,9 @@ type run struct {
 	stdins  []io.WriteCloser
 	stderrs []*lockedWriter
 
+	// leftoverPatience bounds the wait for leftovers to go (0: default).
+	leftoverPatience time.Duration
+
 	ctx     context.Context // ends when the workload is over
 	entered chan event      // "entered" events, for targeted faults
 
