@@ -97,12 +97,29 @@ func TestChaos(t *testing.T) {
 		text := fmt.Sprintf("Measured %s UTC with %s in %v on %d CPUs: %s suite, %d worker processes x %d goroutines, "+
 			"lease (watchdog timeout) %v, wait timeout %v, semaphore limit %d.\n\n%s",
 			time.Now().UTC().Format("2006-01-02 15:04"), cmd, time.Since(suiteStart).Round(time.Second), runtime.NumCPU(),
-			mode, workers, goroutines, watchdog, waitTimeout, semLimit, table)
+			mode, workers, goroutines, watchdog, waitTimeout, semLimit, table) + legend
 		if err := os.WriteFile(*resultsFile, []byte(text), 0o644); err != nil {
 			t.Error(err)
 		}
 	}
 }
+
+const legend = `
+Columns: *faults injected* counts connection kills, restarts, SIGSTOPs, proxy
+stalls and cuts, Redis stalls and dropped pub/sub messages. *Accepted writes*
+are fenced read-modify-writes the resource accepted (semaphore: critical
+sections run). *Rejected stale writes* are fenced reads or writes the resource
+refused because a higher token had been seen; in redis-restart they are the
+repeated tokens after the restart reset the fencing counter. *Leases lost*
+are holds whose context ended with ErrLeaseLost. *Overlaps (excused)* are
+entries into the critical section beyond the limit (1 for a Mutex) as the
+workload saw them without fencing, each with a holder inside whose lease was
+lost. *Violations* break a checked property (fencing, no lost update, no
+unexcused overlap, clear errors, contexts ending with the right cause, nothing
+left in Redis, no goroutine leak). *Stuck waiters* did not return within the
+wait timeout + 15s. *Longest recovery* runs from the end of a fault to the
+next acquisition by any worker.
+`
 
 var tableHeader = []string{"scenario", "operations", "faults injected", "acquired", "accepted writes",
 	"rejected stale writes", "leases lost", "overlaps (excused)", "violations", "stuck waiters", "longest recovery", "time"}
