@@ -3,7 +3,7 @@
 # start their own redis-server).
 GO ?= go
 
-.PHONY: demo test bench check-redis
+.PHONY: demo test bench chaos check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -26,3 +26,11 @@ test: check-redis
 ## bench: every lock contender side by side against one Redis (minutes; BENCH_FLAGS=-quick for ~1)
 bench: check-redis
 	cd bench && $(GO) run -mod=mod . $(BENCH_FLAGS)
+
+## chaos: the full fault-injection suite (several minutes): Mutex and semaphore
+## workloads in worker processes under killed connections, Redis restarts and
+## stalls, paused holders, a cut-off watchdog and lost wake-ups. Prints the
+## figures and writes them to chaos/RESULTS.md.
+chaos: check-redis
+	$(GO) test -race -count=1 -run '^TestChaos$$' -timeout 30m ./chaos -chaos.full -chaos.results=RESULTS.md
+	@cat chaos/RESULTS.md

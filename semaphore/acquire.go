@@ -111,8 +111,8 @@ func (s *Semaphore) prepare(ctx context.Context, want string, opts []AcquireOpti
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidClient)
+	if err := checkContext(ctx); err != nil {
+		return nil, err
 	}
 	if !s.c.Enter() {
 		return nil, ErrClosed

@@ -29,6 +29,9 @@ var (
 	ErrReleased = errors.New("semaphore: released")
 	// ErrInvalidClient reports a nil rlock.Client.
 	ErrInvalidClient = errors.New("semaphore: invalid client")
+	// ErrInvalidOption reports any other argument that cannot be used, such
+	// as a nil context.
+	ErrInvalidOption = errors.New("semaphore: invalid option")
 
 	// ErrLeaseLost is the cause of a permit context whose lease ended without
 	// Release; it is rlock.ErrLeaseLost.

@@ -75,6 +75,15 @@ func (s *Semaphore) usable() error {
 	return nil
 }
 
+// checkContext refuses a nil context, which would otherwise reach rueidis and
+// panic there.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	return nil
+}
+
 func validLimit(limit int64) error {
 	if limit < 0 || limit > MaxPermits {
 		return fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidCount, int64(MaxPermits), limit)
@@ -86,6 +95,9 @@ func validLimit(limit int64) error {
 // Use it at start-up in every process: the first one wins.
 func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) {
 	if err := s.usable(); err != nil {
+		return false, err
+	}
+	if err := checkContext(ctx); err != nil {
 		return false, err
 	}
 	if err := validLimit(limit); err != nil {
@@ -100,6 +112,9 @@ func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) 
 // acquisitions wait until enough permits are released.
 func (s *Semaphore) SetLimit(ctx context.Context, limit int64) error {
 	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx); err != nil {
 		return err
 	}
 	if err := validLimit(limit); err != nil {
@@ -134,6 +149,9 @@ type State struct {
 // error matching ErrNoLimit if no limit is set.
 func (s *Semaphore) State(ctx context.Context) (State, error) {
 	if err := s.usable(); err != nil {
+		return State{}, err
+	}
+	if err := checkContext(ctx); err != nil {
 		return State{}, err
 	}
 	st, err := s.limitScript(ctx, "get", 0)

@@ -1,0 +1,356 @@
+//go:build linux
+
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"golang.org/x/sys/unix"
+
+	"github.com/relockio/relock/rlock"
+	"github.com/relockio/relock/semaphore"
+)
+
+// workerEnv carries a worker's JSON configuration; its presence makes the test
+// binary run as a worker (see TestMain).
+const workerEnv = "RELOCK_CHAOS_WORKER"
+
+type workerConfig struct {
+	ID         int
+	Kind       string // "mutex" or "semaphore"
+	LockAddr   string // the lock server, usually through a fault proxy
+	ResAddr    string // the resource server
+	Prefix     string
+	Name       string
+	Goroutines int
+	Total      int64 // operations in the whole run, over all workers
+	Limit      int64 // 1 for a Mutex
+	Watchdog   time.Duration
+	Wait       time.Duration // Lock / Acquire wait timeout
+	Work       time.Duration // time in the critical section
+	LongEvery  int64         // every LongEvery-th operation is long (0: none)
+	LongHold   time.Duration
+}
+
+// event is one line a worker writes to stdout. Times are CLOCK_MONOTONIC
+// nanoseconds, comparable between processes on the machine.
+type event struct {
+	Kind   string // "entered", "op", "done", "closed", "fatal"
+	Worker int
+	Op     int64
+	Owner  string `json:",omitempty"`
+	Long   bool   `json:",omitempty"`
+	Token  uint64 `json:",omitempty"`
+
+	T0, TAcq, TWrite, TEnd int64 `json:",omitempty"`
+
+	AcqErr   string `json:",omitempty"`
+	AcqClass string `json:",omitempty"` // "" (acquired), timeout, closed, ctx, redis, other
+	Inside   int64  `json:",omitempty"` // workers inside, this one included
+
+	ReadOK, WriteOK bool  `json:",omitempty"`
+	Seq             int64 `json:",omitempty"`
+	CtxDoneAtWrite  bool  `json:",omitempty"`
+
+	ReleaseErr   string `json:",omitempty"`
+	ReleaseClass string `json:",omitempty"` // ok, lost, notheld, error
+	Cause        string `json:",omitempty"` // released, leaselost, held, other: ...
+
+	Leaked int    `json:",omitempty"` // goroutines left after Close ("closed")
+	Msg    string `json:",omitempty"`
+}
+
+func mono() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// workerMain runs one worker process and returns its exit code.
+func workerMain(raw string) int {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "worker config:", err)
+		return 2
+	}
+	w := &worker{cfg: cfg, out: bufio.NewWriter(os.Stdout)}
+	if err := w.run(); err != nil {
+		w.emit(event{Kind: "fatal", Worker: cfg.ID, Msg: err.Error()})
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+type worker struct {
+	cfg workerConfig
+	mu  sync.Mutex
+	out *bufio.Writer
+	res resource
+	m   *rlock.Mutex
+	sem *semaphore.Semaphore
+}
+
+func (w *worker) emit(e event) {
+	b, _ := json.Marshal(e)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = w.out.Write(append(b, '\n'))
+	_ = w.out.Flush()
+}
+
+func (w *worker) run() error {
+	cfg := w.cfg
+	resRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.ResAddr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer resRC.Close()
+	lockRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer lockRC.Close()
+	client, err := rlock.New(lockRC, rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog))
+	if err != nil {
+		return err
+	}
+	w.res = resource{c: resRC}
+	if cfg.Kind == "mutex" {
+		w.m = client.Mutex(cfg.Name)
+	} else {
+		w.sem = semaphore.New(client, cfg.Name)
+	}
+
+	// Start when the controller says so: every worker is connected then.
+	w.emit(event{Kind: "ready", Worker: cfg.ID})
+	stdin := bufio.NewReader(os.Stdin)
+	if _, err := stdin.ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the start signal: %w", err)
+	}
+
+	// Operations are bounded by the run: a worker that cannot finish in
+	// time is reported by the controller as stuck.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var fatal error
+	var fatalOnce sync.Once
+	for g := range cfg.Goroutines {
+		wg.Go(func() {
+			if err := w.loop(ctx, g); err != nil {
+				fatalOnce.Do(func() { fatal = err; cancel() })
+			}
+		})
+	}
+	wg.Wait()
+	w.emit(event{Kind: "done", Worker: cfg.ID})
+
+	// Stay connected until the controller has looked at subscriptions.
+	_, _ = io.Copy(io.Discard, stdin)
+	_ = client.Close()
+	lockRC.Close()
+	resRC.Close()
+	leaked := leakedGoroutines(5 * time.Second)
+	if len(leaked) > 0 {
+		fmt.Fprintf(os.Stderr, "worker %d: %d goroutine(s) leaked:\n\n%s\n", cfg.ID, len(leaked), strings.Join(leaked, "\n\n"))
+	}
+	w.emit(event{Kind: "closed", Worker: cfg.ID, Leaked: len(leaked)})
+	return fatal
+}
+
+func (w *worker) loop(ctx context.Context, g int) error {
+	cfg := w.cfg
+	for ctx.Err() == nil {
+		opCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		op, err := w.res.nextOp(opCtx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("resource: %w", err)
+		}
+		if op > cfg.Total {
+			return nil
+		}
+		if err := w.operation(ctx, op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// operation is one acquisition, read-modify-write of the resource and
+// release. Only resource errors are returned: the resource is never faulted.
+func (w *worker) operation(ctx context.Context, op int64) error {
+	cfg := w.cfg
+	ev := event{Kind: "op", Worker: cfg.ID, Op: op, Owner: fmt.Sprintf("w%d.op%d", cfg.ID, op)}
+	ev.Long = cfg.LongEvery > 0 && op%cfg.LongEvery == 0
+	ev.T0 = mono()
+	var hold context.Context
+	var err error
+	if w.m != nil {
+		hold, err = w.m.Lock(ctx, rlock.WithWaitTimeout(cfg.Wait))
+	} else {
+		hold, err = w.sem.Acquire(ctx, 1, semaphore.WithWaitTimeout(cfg.Wait))
+	}
+	ev.TAcq = mono()
+	if err != nil {
+		ev.AcqErr, ev.AcqClass = err.Error(), classifyAcquire(err)
+		if ev.AcqClass == "ctx" && ctx.Err() == nil {
+			// Neither our context nor the wait timeout ended: the deadline
+			// is another call's (rueidis fails every call on a connection
+			// that one call's deadline broke). A connection error, reported
+			// misleadingly.
+			ev.AcqClass = "foreign-deadline"
+		}
+		ev.TEnd = ev.TAcq
+		w.emit(ev)
+		if errors.Is(err, semaphore.ErrNoLimit) {
+			// The limit was lost with the server's data (a restart without
+			// persistence): set it again, as every process does at start-up.
+			_, _ = w.sem.TrySetLimit(ctx, cfg.Limit)
+		}
+		if ev.AcqClass == "redis" {
+			time.Sleep(100 * time.Millisecond) // back off while Redis is unreachable
+		}
+		return nil
+	}
+	if w.m != nil {
+		ev.Token, _ = w.m.Token(hold)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if ev.Inside, err = w.res.enter(rctx, ev.Owner, cfg.Limit); err != nil {
+		return fmt.Errorf("resource enter: %w", err)
+	}
+	w.emit(event{Kind: "entered", Worker: cfg.ID, Op: op, Owner: ev.Owner, Long: ev.Long, Token: ev.Token})
+	var value int64
+	if w.m != nil {
+		if ev.ReadOK, value, err = w.res.read(rctx, ev.Token, ev.Owner); err != nil {
+			return fmt.Errorf("resource read: %w", err)
+		}
+	}
+	work := cfg.Work
+	if ev.Long {
+		work = cfg.LongHold
+	}
+	time.Sleep(work) // simulated work in the critical section
+	ev.CtxDoneAtWrite = hold.Err() != nil
+	ev.TWrite = mono()
+	if w.m != nil && ev.ReadOK {
+		// Deliberately no check of hold.Err(): fencing must stop a stale write.
+		if ev.WriteOK, ev.Seq, err = w.res.write(rctx, ev.Token, ev.Owner, value, value+1); err != nil {
+			return fmt.Errorf("resource write: %w", err)
+		}
+	}
+	if err := w.res.leave(rctx, ev.Owner); err != nil {
+		return fmt.Errorf("resource leave: %w", err)
+	}
+	err = w.release(hold)
+	ev.ReleaseClass = classifyRelease(err)
+	if err != nil {
+		ev.ReleaseErr = err.Error()
+	}
+	// The hold context must end: at once after a release, or when the lease
+	// is found lost.
+	select {
+	case <-hold.Done():
+	case <-time.After(3*cfg.Watchdog + 10*time.Second):
+	}
+	ev.Cause = classifyCause(context.Cause(hold))
+	ev.TEnd = mono()
+	w.emit(ev)
+	return nil
+}
+
+// release releases the hold; a release that failed for a connection error
+// (Redis down longer than the unlock timeout) is retried once.
+func (w *worker) release(hold context.Context) error {
+	do := func() error {
+		if w.m != nil {
+			return w.m.Unlock(hold)
+		}
+		return w.sem.Release(hold)
+	}
+	err := do()
+	if err != nil && classifyRelease(err) == "error" {
+		err = do()
+	}
+	return err
+}
+
+func classifyAcquire(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, rlock.ErrLocked), errors.Is(err, semaphore.ErrNoPermits):
+		return "timeout"
+	case errors.Is(err, rlock.ErrClosed):
+		return "closed"
+	case errors.Is(err, semaphore.ErrNoLimit):
+		return "nolimit"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "ctx"
+	case strings.HasPrefix(err.Error(), "rlock: "), strings.HasPrefix(err.Error(), "semaphore: "):
+		return "redis" // a Redis or connection error, wrapped with the operation and name
+	}
+	return "other"
+}
+
+func classifyRelease(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, rlock.ErrLeaseLost) && (errors.Is(err, rlock.ErrNotHeld) || errors.Is(err, semaphore.ErrNotHeld)):
+		return "lost"
+	case errors.Is(err, rlock.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld):
+		return "notheld"
+	}
+	return "error"
+}
+
+func classifyCause(cause error) string {
+	switch {
+	case cause == nil:
+		return "held"
+	case errors.Is(cause, rlock.ErrUnlocked), errors.Is(cause, semaphore.ErrReleased):
+		return "released"
+	case errors.Is(cause, rlock.ErrLeaseLost):
+		return "leaselost"
+	}
+	return "other: " + cause.Error()
+}
+
+// leakMarkers select the goroutines that count as leaks in a worker.
+var leakMarkers = []string{"github.com/relockio/relock/", "github.com/redis/rueidis"}
+
+func leakedGoroutines(grace time.Duration) []string {
+	deadline := time.Now().Add(grace)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var out []string
+		for _, st := range strings.Split(strings.TrimSpace(string(buf)), "\n\n")[1:] {
+			for _, mark := range leakMarkers {
+				if strings.Contains(st, mark) && !strings.Contains(st, "chaos_test.workerMain") {
+					out = append(out, st)
+					break
+				}
+			}
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
