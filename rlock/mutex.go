@@ -39,7 +39,7 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until it holds the lock, ctx is done, or the wait timeout of
 // WithWaitTimeout runs out. It waits without polling, in a queue served in
-// arrival order across processes: it sleeps until the release wakes it, a
+// arrival order across processes: it sleeps until a release hands it the lock, a
 // pub/sub reconnect, or the holder's lease runs out.
 //
 // Lock returns the first attempt's error at once (Redis unreachable, say);
@@ -114,30 +114,31 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	return a.hold(ctx)
 }
 
-// minReservedBackoff is the first re-check delay while the lock is reserved for
-// another waiter; it doubles on every re-check that finds it still reserved.
-const minReservedBackoff = 20 * time.Millisecond
-
 // acquisition is one Lock call's first acquisition, retried while waiting.
 type acquisition struct {
 	m      *Mutex
 	owner  string
 	lease  time.Duration
 	renew  bool
-	sentAt time.Time
+	sentAt time.Time // when the command that granted the lease was sent, or earlier
 	reply  acquireReply
-	// reservedBackoff spaces re-checks while the lock is reserved for the
-	// head waiter: that waiter normally takes it within a round trip, and its
-	// lease (which may be short) then bounds the wait, not its place's lapse.
-	reservedBackoff time.Duration
+	// queuedAt is when the last attempt that found the lock taken (and queued
+	// this owner) was sent. A release that hands the lock to this owner runs
+	// after that attempt, so a lease granted by it starts later than queuedAt.
+	queuedAt time.Time
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
-// taken, and tags w with the owner id, so that a release can wake it by name.
+// taken, and tags w with the owner id, so that a release can hand it the lock
+// by name; a hand-off that came in since the last attempt is taken without
+// asking Redis.
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.m.c
 	if w != nil {
-		w.SetTag(a.owner)
+		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
+		if a.handedOff(w) {
+			return true, 0, nil
+		}
 	}
 	a.sentAt = time.Now()
 	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
@@ -146,7 +147,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			// The script may have run: make sure this owner holds nothing and
 			// is not queued, and carry on (if at all) under a new one.
 			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds())
-			a.owner = c.NewID()
+			a.owner, a.queuedAt = c.NewID(), time.Time{}
 		}
 		return false, 0, err
 	}
@@ -156,22 +157,32 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		return true, 0, nil
 	case 0:
 		retry := c.RetryAfter(r.wait)
-		if r.reserved {
-			a.reservedBackoff = min(max(2*a.reservedBackoff, minReservedBackoff), retry)
-			retry = a.reservedBackoff
-		} else {
-			a.reservedBackoff = 0
-		}
 		if w != nil {
+			a.queuedAt = a.sentAt
 			// Re-check often enough to keep our place in the queue, which
 			// lapses one watchdog timeout after the last check.
 			retry = min(retry, c.Cfg.WatchdogTimeout*2/5)
 		}
 		return false, retry, nil
 	default: // abandoned owner: cannot happen for a fresh id, but never reuse it
-		a.owner = c.NewID()
+		a.owner, a.queuedAt = c.NewID(), time.Time{}
 		return false, 0, nil
 	}
+}
+
+// handedOff reports whether a release handed the lock to this owner (a message
+// with its fencing token woke w). The lease was granted after queuedAt, which
+// then starts the hold's clock; when that leaves less than half the lease, the
+// caller confirms with a round trip instead (acquire.lua finds the hold and
+// sets its lease again), so a hold never starts nearly expired.
+func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
+	token, ok := parseGrant(w.TakeData())
+	if !ok || a.queuedAt.IsZero() || time.Since(a.queuedAt) > a.lease/2 {
+		return false
+	}
+	a.reply = acquireReply{status: 1, token: token, count: 1}
+	a.sentAt = a.queuedAt
+	return true
 }
 
 // hold turns a successful acquisition into a lock context. If ctx ended in the

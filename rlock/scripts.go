@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,7 +13,8 @@ import (
 
 // unlockMessage is published when a lock becomes free and no one is queued in
 // Redis; the multiplexer reads it as a budget of one local waiter to wake. With
-// a queue, the head waiter is woken by name instead.
+// a queue, the lock is handed to the head waiter, which is told by name:
+// "@" + owner + " " + fencing token.
 const unlockMessage = "1"
 
 const publishCommand = "PUBLISH"
@@ -27,9 +29,6 @@ type acquireReply struct {
 	token  uint64
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
-	// reserved: the lock is free but kept for the waiter at the head of the
-	// queue; wait is then when that waiter's place lapses, not a lease.
-	reserved bool
 }
 
 func flag(b bool) string {
@@ -39,37 +38,56 @@ func flag(b bool) string {
 	return "0"
 }
 
-func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
-	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
-		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(c.Cfg.WatchdogTimeout), publishCommand, k.channel}).AsIntSlice()
-	if err != nil {
-		return acquireReply{}, err
+// parseAcquireReply checks and decodes acquire.lua's reply; anything but one
+// of the shapes the script returns is an error.
+func parseAcquireReply(vals []int64) (acquireReply, error) {
+	if len(vals) == 0 {
+		return acquireReply{}, errors.New("rlock: empty acquire reply")
 	}
 	r := acquireReply{status: vals[0]}
 	switch {
-	case r.status == 1 && len(vals) == 3:
+	case r.status == 1 && len(vals) == 3 && vals[1] >= 0 && vals[2] >= 1:
 		r.token, r.count = uint64(vals[1]), vals[2]
-	case r.status == 0 && len(vals) == 3:
-		r.wait, r.reserved = vals[1], vals[2] == 1
-	case r.status < 0:
+	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && (vals[2] == 0 || vals[2] == 1):
+		r.wait = vals[1]
+	case (r.status == -1 || r.status == -2) && len(vals) == 1:
 	default:
 		return acquireReply{}, fmt.Errorf("rlock: unexpected acquire reply %v", vals)
 	}
 	return r, nil
 }
 
+// parseGrant decodes the data of a message handing the lock to a queued
+// waiter (see mutex_lib.lua): its fencing token, a positive decimal.
+func parseGrant(data string) (uint64, bool) {
+	if data == "" || len(data) > 20 {
+		return 0, false
+	}
+	tok, err := strconv.ParseUint(data, 10, 64)
+	return tok, err == nil && tok > 0
+}
+
+func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
+	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
+		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(c.Cfg.WatchdogTimeout), publishCommand, k.channel}).AsIntSlice()
+	if err != nil {
+		return acquireReply{}, err
+	}
+	return parseAcquireReply(vals)
+}
+
 func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration) (int64, error) {
-	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters},
+	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence},
 		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second)}).AsInt64()
 }
 
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64) error {
-	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters},
+	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
 		[]string{owner, strconv.FormatInt(lease, 10), publishCommand, k.channel, unlockMessage}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
-	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters},
+	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters, k.fence},
 		[]string{publishCommand, k.channel, unlockMessage}).AsInt64()
 	return n == 1, err
 }

@@ -1,0 +1,181 @@
+package rlock_test
+
+// Tests of the direct hand-off: a release hands a free lock to the head of the
+// Redis-side queue in the same script, and the woken waiter holds it without a
+// further round trip.
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/rlock"
+)
+
+// The release hands the lock to the queued waiter: when Unlock returns the
+// waiter already owns it in Redis, with the next fencing token, and its Lock
+// returns without running another script.
+func TestHandoffInRelease(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "handoff"
+	holder, waiter := e.client(), e.client()
+	for _, c := range []*rlock.Client{holder, waiter} { // load the scripts, connect
+		lc, err := c.Mutex("warm-up").Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustUnlockFT(t, c.Mutex("warm-up"), lc)
+	}
+	hold, err := holder.Mutex(name).Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := holder.Mutex(name).Token(hold)
+
+	type result struct {
+		lc  context.Context
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lc, err := waiter.Mutex(name).Lock(e.ctx)
+		got <- result{lc, err}
+	}()
+	e.queuedIs(1)
+	e.quiet()
+	before := e.scripts()
+	if err := holder.Mutex(name).Unlock(hold); err != nil {
+		t.Fatal(err)
+	}
+	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 1 || !strings.HasPrefix(owners[0], waiter.ID()+":") {
+		t.Fatalf("after the release the lock is held by %q, want the waiter of Client %s", owners, waiter.ID())
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := e.scripts() - before; n != 1 {
+		t.Errorf("%d scripts ran from the release to the waiter's Lock returning, want 1 (the release)", n)
+	}
+	m := waiter.Mutex(name)
+	if tok, _ := m.Token(r.lc); tok != token+1 {
+		t.Errorf("handed-off hold has token %d, want %d", tok, token+1)
+	}
+	if n, err := m.HoldCount(r.lc); err != nil || n != 1 {
+		t.Errorf("HoldCount = %d, %v; want 1", n, err)
+	}
+	if ttl, err := m.TTL(e.ctx); err != nil || ttl < rlock.DefaultWatchdogTimeout/2 {
+		t.Errorf("TTL = %v, %v; want about the watchdog timeout", ttl, err)
+	}
+	// Re-entry and the final Unlock work on a handed-off hold as on any other.
+	inner, err := m.Lock(r.lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustUnlockFT(t, m, inner)
+	mustUnlockFT(t, m, r.lc)
+	if e.exists(e.lockKey(name)) {
+		t.Fatal("lock still held after the final Unlock")
+	}
+}
+
+func mustUnlockFT(t *testing.T, m *rlock.Mutex, lc context.Context) {
+	t.Helper()
+	if err := m.Unlock(lc); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// Waiters that give up at random moments (some just as the lock is handed to
+// them; their deadlines are long enough not to cut off connection set-up,
+// which would stall the client and leave the test nothing to check) never stall the queue: the lock keeps changing hands between the
+// others, holders never overlap, fencing tokens rise strictly from holder to
+// holder, and at the end the lock is free at once (not after a 30s lease
+// handed to a waiter that left) with nothing left queued.
+func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "churn"
+	clients := []*rlock.Client{e.client(), e.client(), e.client()}
+	for _, c := range clients { // connect first
+		lc, err := c.Mutex(name).Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustUnlockFT(t, c.Mutex(name), lc)
+	}
+	var (
+		wg       sync.WaitGroup
+		inside   atomic.Int32
+		overlap  atomic.Int32
+		acquired atomic.Int32
+		mu       sync.Mutex
+		last     uint64
+		badToken []uint64
+	)
+	for i := range 12 {
+		c := clients[i%len(clients)]
+		wg.Go(func() {
+			m := c.Mutex(name)
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for range 40 {
+				ctx, cancel := context.WithTimeout(e.ctx, time.Duration(1000+rng.IntN(9000))*time.Microsecond)
+				lc, err := m.Lock(ctx)
+				if err != nil {
+					cancel()
+					// A wait cut short, or its first attempt (then the error
+					// may be the connection's own timeout).
+					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					continue
+				}
+				if inside.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				tok, _ := m.Token(lc)
+				mu.Lock()
+				if tok <= last {
+					badToken = append(badToken, tok)
+				}
+				last = tok
+				mu.Unlock()
+				acquired.Add(1)
+				time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond) // the critical section
+				inside.Add(-1)
+				if err := m.Unlock(lc); err != nil {
+					t.Errorf("Unlock: %v", err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if n := overlap.Load(); n > 0 {
+		t.Errorf("holders overlapped %d time(s)", n)
+	}
+	if len(badToken) > 0 {
+		t.Errorf("fencing tokens did not rise strictly: %v after a higher one", badToken)
+	}
+	t.Logf("%d acquisitions", acquired.Load())
+	// Abandons of the waiters that left run in the background: the lock
+	// must be free (or handed on and released) well within a second.
+	lc, err := e.client().Mutex(name).Lock(e.ctx, rlock.WithWaitTimeout(5*time.Second))
+	if err != nil {
+		h, _ := e.raw.Do(e.ctx, e.raw.B().Hgetall().Key(e.lockKey(name)).Build()).AsStrMap()
+		pttl, _ := e.raw.Do(e.ctx, e.raw.B().Pttl().Key(e.lockKey(name)).Build()).AsInt64()
+		t.Fatalf("lock stalled after the churn: %v; held by %v for %dms more; queued: %q (clients %s, %s, %s)",
+			err, h, pttl, e.sortedSetMembers(), clients[0].ID(), clients[1].ID(), clients[2].ID())
+	}
+	_ = lc
+	e.eventually(ftPatience, "no waiter left queued", func() bool { return len(e.sortedSetMembers()) == 0 })
+}
