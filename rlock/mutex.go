@@ -200,7 +200,8 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		return nil, m.wrap("lock", err)
 	}
 	h.Start(a.sentAt)
-	return context.WithValue(lockCtx, holdKey{m.c, m.name}, h), nil
+	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
+	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer}), nil
 }
 
 // reenter increments the hold count of h. The call is not abandoned halfway
@@ -376,19 +377,31 @@ func (m *Mutex) usable() error {
 	return nil
 }
 
-// holdKey finds a hold in a context: one per Client and lock name, so holds of
-// different locks nest in one context chain.
-type holdKey struct {
-	c    *core.Client
-	name string
+// holdsKey finds the holds carried by a context: the innermost holdLink, which
+// chains to the holds of the contexts it derives from. A hold is one per
+// Client and lock name, so holds of different locks nest in one context
+// chain, and the innermost hold of a lock wins. (A zero-size key and a chain
+// instead of one key per lock: looking a hold up allocates nothing.)
+type holdsKey struct{}
+
+type holdLink struct {
+	c     *core.Client
+	name  string
+	h     *core.Hold
+	outer *holdLink
 }
 
 func (m *Mutex) holdOf(ctx context.Context) *core.Hold {
 	if ctx == nil {
 		return nil
 	}
-	h, _ := ctx.Value(holdKey{m.c, m.name}).(*core.Hold)
-	return h
+	l, _ := ctx.Value(holdsKey{}).(*holdLink)
+	for ; l != nil; l = l.outer {
+		if l.c == m.c && l.name == m.name {
+			return l.h
+		}
+	}
+	return nil
 }
 
 func (m *Mutex) wrap(op string, err error) error {
