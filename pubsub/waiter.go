@@ -62,6 +62,11 @@ func (w *Waiter) TakeData() string {
 	return d
 }
 
+// Notify wakes the Waiter as a message chosen for it would (C receives a
+// value unless a wake is already pending): for a process-local event that the
+// waiting goroutine must look at. Safe from any goroutine.
+func (w *Waiter) Notify() { w.signal() }
+
 // signal wakes the waiter unless a wake is already pending. It reports whether a
 // new signal was delivered.
 func (w *Waiter) signal() bool {

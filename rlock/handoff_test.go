@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -96,15 +99,21 @@ func mustUnlockFT(t *testing.T, m *rlock.Mutex, lc context.Context) {
 }
 
 // Waiters that give up at random moments (some just as the lock is handed to
-// them; their deadlines are long enough not to cut off connection set-up,
-// which would stall the client and leave the test nothing to check) never stall the queue: the lock keeps changing hands between the
+// them) never stall the queue: the lock keeps changing hands between the
 // others, holders never overlap, fencing tokens rise strictly from holder to
 // holder, and at the end the lock is free at once (not after a 30s lease
 // handed to a waiter that left) with nothing left queued.
 func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "churn"
-	clients := []*rlock.Client{e.client(), e.client(), e.client()}
+	// Always pipelining: a command cut off by its context's deadline then
+	// leaves the connection alone (rueidis closes a connection it used
+	// synchronously when a deadline cuts a command off, and the redials of the
+	// next short-lived calls fail too: the test would only see that stall).
+	pipelined := func() *rlock.Client {
+		return e.clientOn(redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.AlwaysPipelining = true }))
+	}
+	clients := []*rlock.Client{pipelined(), pipelined(), pipelined()}
 	for _, c := range clients { // connect first
 		lc, err := c.Mutex(name).Lock(e.ctx)
 		if err != nil {
@@ -127,7 +136,7 @@ func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
 			m := c.Mutex(name)
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			for range 40 {
-				ctx, cancel := context.WithTimeout(e.ctx, time.Duration(1000+rng.IntN(9000))*time.Microsecond)
+				ctx, cancel := context.WithTimeout(e.ctx, time.Duration(rng.IntN(6000))*time.Microsecond)
 				lc, err := m.Lock(ctx)
 				if err != nil {
 					cancel()
@@ -178,4 +187,94 @@ func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
 	}
 	_ = lc
 	e.eventually(ftPatience, "no waiter left queued", func() bool { return len(e.sortedSetMembers()) == 0 })
+}
+
+// Goroutines of one Client pass the lock among themselves without Redis
+// (cohorting), within a budget: holders never overlap, re-entry and HoldCount
+// work on a passed hold, fencing tokens rise strictly in acquisition order
+// across both Clients, most acquisitions cost no script, and a waiter of
+// another Client is not starved.
+func TestCohortPassesLocally(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "cohort"
+	x, y := e.client(), e.client()
+	for _, c := range []*rlock.Client{x, y} { // load the scripts, connect
+		lc, err := c.Mutex("warm-up").Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustUnlockFT(t, c.Mutex("warm-up"), lc)
+	}
+	var (
+		wg       sync.WaitGroup
+		inside   atomic.Int32
+		overlap  atomic.Int32
+		acquired atomic.Int32
+		mu       sync.Mutex
+		tokens   []uint64
+		maxWaitY time.Duration
+	)
+	run := func(c *rlock.Client, n int, isY bool) {
+		m := c.Mutex(name)
+		for range n {
+			start := time.Now()
+			lc, err := m.Lock(e.ctx)
+			if err != nil {
+				t.Errorf("Lock: %v", err)
+				return
+			}
+			waited := time.Since(start)
+			if inside.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			tok, _ := m.Token(lc)
+			mu.Lock()
+			tokens = append(tokens, tok)
+			if isY {
+				maxWaitY = max(maxWaitY, waited)
+			}
+			mu.Unlock()
+			inner, err := m.Lock(lc)
+			if err != nil {
+				t.Errorf("re-entry: %v", err)
+				return
+			}
+			if n, err := m.HoldCount(inner); err != nil || n != 2 {
+				t.Errorf("HoldCount after re-entry = %d, %v; want 2", n, err)
+			}
+			if tok2, _ := m.Token(inner); tok2 != tok {
+				t.Errorf("re-entry changed the token from %d to %d", tok, tok2)
+			}
+			mustUnlockFT(t, m, inner)
+			acquired.Add(1)
+			inside.Add(-1)
+			mustUnlockFT(t, m, lc)
+		}
+	}
+	before := e.scripts()
+	for range 8 {
+		wg.Go(func() { run(x, 40, false) })
+	}
+	wg.Go(func() { run(y, 10, true) })
+	wg.Wait()
+	spent := e.scripts() - before
+	if n := overlap.Load(); n > 0 {
+		t.Errorf("holders overlapped %d time(s)", n)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token #%d = %d after %d: not rising strictly", i, tokens[i], tokens[i-1])
+		}
+	}
+	n := int64(acquired.Load())
+	// Each acquisition re-enters once (re-entry, HoldCount and inner unlock
+	// are 2 scripts and a HGET): count the first-level work only.
+	perAcq := float64(spent-2*n) / float64(n)
+	t.Logf("%d acquisitions, %.2f scripts each besides the re-entry; longest wait of the other Client %v", n, perAcq, maxWaitY)
+	if perAcq >= 2 {
+		t.Errorf("%.2f scripts per acquisition: the lock is not passed on locally", perAcq)
+	}
+	if maxWaitY > 5*time.Second {
+		t.Errorf("the other Client's waiter waited %v: starved", maxWaitY)
+	}
 }

@@ -29,6 +29,7 @@ import (
 // shared state with the fencing token (Token) where it matters.
 type Mutex struct {
 	c    *core.Client
+	t    *cohorts
 	name string
 	err  error // invalid name, reported by every method
 	keys keys
@@ -85,6 +86,35 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
+	waitCtx := ctx
+	if wait && lc.waitSet {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout,
+			fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	if wait && a.renew {
+		// Wait for a hold of this Client to pass the lock on, too (see
+		// cohort.go); a pass that comes as we leave goes on to the next.
+		var localOnly bool
+		a.lw, localOnly = m.t.join(m.name)
+		defer func() {
+			if p := m.t.leave(m.name, a.lw); p != nil {
+				m.handOn(p)
+			}
+		}()
+		if localOnly {
+			select {
+			case <-a.lw.ready:
+			case <-waitCtx.Done():
+				return nil, m.wrap("lock", core.CtxError(waitCtx))
+			}
+			if a.pass = m.t.take(a.lw, nil); a.pass != nil {
+				return a.hold(ctx)
+			}
+			// No pass after all: queue in Redis like everyone else.
+		}
+	}
 	// When goroutines of this Client already wait, the lock is contended: skip
 	// the attempt that could only fail, and queue at once.
 	if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
@@ -98,17 +128,10 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
 	}
-	waitCtx := ctx
-	if lc.waitSet {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout,
-			fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
-		defer cancel()
-	}
 	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
 		// Give up our place in the queue (and anything the last attempt
 		// may have taken), so the next waiter is not held up.
-		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), true)
 		return nil, m.wrap("lock", err)
 	}
 	return a.hold(ctx)
@@ -126,6 +149,10 @@ type acquisition struct {
 	// this owner) was sent. A release that hands the lock to this owner runs
 	// after that attempt, so a lease granted by it starts later than queuedAt.
 	queuedAt time.Time
+	queued   bool // an attempt may have queued this owner in Redis
+
+	lw   *localWaiter // the wait for a local pass (see cohort.go), if any
+	pass *cohortPass  // the lock passed on by a hold of this Client
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
@@ -134,11 +161,17 @@ type acquisition struct {
 // asking Redis.
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.m.c
+	if a.lw != nil {
+		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
+			return true, 0, nil
+		}
+	}
 	if w != nil {
 		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
 		if a.handedOff(w) {
 			return true, 0, nil
 		}
+		a.queued = true
 	}
 	a.sentAt = time.Now()
 	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
@@ -146,7 +179,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			// The script may have run: make sure this owner holds nothing and
 			// is not queued, and carry on (if at all) under a new one.
-			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds())
+			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds(), true)
 			a.owner, a.queuedAt = c.NewID(), time.Time{}
 		}
 		return false, 0, err
@@ -176,11 +209,11 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // caller confirms with a round trip instead (acquire.lua finds the hold and
 // sets its lease again), so a hold never starts nearly expired.
 func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
-	token, ok := parseGrant(w.TakeData())
+	first, last, ok := parseGrant(w.TakeData())
 	if !ok || a.queuedAt.IsZero() || time.Since(a.queuedAt) > a.lease/2 {
 		return false
 	}
-	a.reply = acquireReply{status: 1, token: token, count: 1}
+	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}
 	a.sentAt = a.queuedAt
 	return true
 }
@@ -189,19 +222,66 @@ func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 // meantime the lock is given back, so a cancelled Lock never leaves a hold.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	m := a.m
+	if p := a.pass; p != nil {
+		if a.queued {
+			// Our place in the Redis queue is of no use now.
+			abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), false)
+		}
+		if err := ctx.Err(); err != nil {
+			m.handOn(p)
+			return nil, m.wrap("lock", err)
+		}
+		lockCtx, cancel := context.WithCancelCause(ctx)
+		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h.SetCount(1)
+		if !m.c.Register(h) {
+			h.End(ErrUnlocked)
+			m.t.abortTransit(m.name)
+			return nil, ErrClosed
+		}
+		h.StartUntil(p.until)
+		m.t.adopt(m.name, h)
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+		return m.withHold(ctx, lockCtx, h), nil
+	}
 	lockCtx, cancel := context.WithCancelCause(ctx)
 	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h.SetCount(a.reply.count)
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), true)
 		if err == nil {
 			err = ErrClosed
 		}
 		return nil, m.wrap("lock", err)
 	}
 	h.Start(a.sentAt)
+	if a.renew && a.reply.last > a.reply.token {
+		// Tokens to spare: local waiters may be passed the lock.
+		m.t.form(m.name, h, a.reply.last)
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+	}
+	return m.withHold(ctx, lockCtx, h), nil
+}
+
+func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold) context.Context {
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
-	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer}), nil
+	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer})
+}
+
+// handOn takes over a lock passed to a Lock call that is leaving, and unlocks
+// it at once: it goes to the next local waiter or back to Redis.
+func (m *Mutex) handOn(p *cohortPass) {
+	h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
+	h.SetCount(1)
+	if !m.c.Register(h) {
+		h.End(ErrUnlocked)
+		m.t.abortTransit(m.name) // closing: the lock expires in Redis
+		return
+	}
+	h.StartUntil(p.until)
+	m.t.adopt(m.name, h)
+	_ = m.release(context.Background(), h, m.c.NewID())
 }
 
 // reenter increments the hold count of h. The call is not abandoned halfway
@@ -229,6 +309,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	if lc.leaseSet {
 		h.SetFixedLease(lease)
 	}
+	h.SetCount(r.count)
 	h.Extend(sentAt, lease)
 	return ctx, nil
 }
@@ -257,6 +338,13 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	if ended, cause := h.State(); ended {
 		return m.notHeld(cause)
 	}
+	if n, releasing := h.Count(); n == 1 && !releasing {
+		if m.t.passOn(m.name, h) {
+			h.End(ErrUnlocked) // the next holder took over the owner field
+			return nil
+		}
+		m.t.dissolve(m.name, h)
+	}
 	h.BeginRelease()
 	defer h.EndRelease()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
@@ -278,6 +366,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	case left == 0:
 		h.End(ErrUnlocked)
 	default:
+		h.SetCount(left)
 		h.Extend(sentAt, lease)
 	}
 	return nil

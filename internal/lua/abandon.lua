@@ -16,12 +16,17 @@
 -- ARGV[3]  publish command: PUBLISH or SPUBLISH
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
+-- ARGV[6]  fencing tokens to reserve for a queued waiter handed the lock
+-- ARGV[7]  "1" to leave the tombstone, "0" when no acquire.lua for the owner
+--          can be in flight (a waiter that got the lock otherwise)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
 -- lock is free afterwards it goes to the head waiter (or is announced when this
 -- owner held it), so that the next waiter is not delayed by the one that left.
 local lock, owner = KEYS[1], ARGV[1]
-redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+if ARGV[7] == '1' then
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+end
 mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2]))
 local held = redis.call('HDEL', lock, owner)
 if redis.call('EXISTS', lock) == 0 then
@@ -29,6 +34,6 @@ if redis.call('EXISTS', lock) == 0 then
   if held == 1 then
     message = ARGV[5]
   end
-  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], message, nil)
+  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], message, nil, tonumber(ARGV[6]))
 end
 return held

@@ -18,11 +18,15 @@
 --          place without re-checking
 -- ARGV[6]  publish command: PUBLISH or SPUBLISH
 -- ARGV[7]  unlock channel
+-- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
+--          block the holder may pass on to goroutines of its own process)
+-- ARGV[9]  fencing tokens to reserve for a queued waiter handed the lock
 --
 -- Returns an array:
---   {1, token, count}  acquired (or found already handed to this owner while it
---                      was queued, and its lease re-set); token is the fencing
---                      token (0 on re-entry), count the hold count
+--   {1, token, count, last}  acquired (or found already handed to this owner
+--                      while it was queued, and its lease re-set); token is the
+--                      fencing token (0 on re-entry), count the hold count, and
+--                      token..last the tokens reserved for this holder
 --   {0, wait, 0}       not acquired; wait is the holder's remaining lease in
 --                      milliseconds (-1 when the key has no expiry)
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
@@ -36,7 +40,7 @@ if ARGV[3] == '1' then
   end
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
-  return {1, 0, count}
+  return {1, 0, count, 0}
 end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -47,21 +51,24 @@ local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who
   -- missed its hand-off, say because the last holder's lease ran out).
-  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], nil, entry)
+  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], nil, entry, tonumber(ARGV[9]))
   if wait <= 0 then
     if wait < 0 then
       mutex_dequeue(queue, waiters, entry)
     end
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
-    return {1, redis.call('INCR', fence), 1}
+    local block = tonumber(ARGV[8])
+    local last = redis.call('INCRBY', fence, block)
+    return {1, last - block + 1, 1, last}
   end
 else
   local count = redis.call('HGET', lock, owner)
   if count then
     -- Handed to us while we were queued (its message may be lost or late).
     redis.call('PEXPIRE', lock, lease)
-    return {1, tonumber(redis.call('GET', fence)), tonumber(count)}
+    local last = tonumber(redis.call('GET', fence))
+    return {1, last, tonumber(count), last}
   end
 end
 if ARGV[4] == '1' then

@@ -11,8 +11,11 @@
 --
 -- A lock that becomes free while waiters are queued is never left free: it is
 -- handed to the head waiter in the same script (direct hand-off), which learns
--- it from the message '@' .. owner .. ' ' .. fencing token and holds the lock
--- without a further round trip.
+-- it from the message '@' .. owner .. ' ' .. first .. ':' .. last and holds the
+-- lock without a further round trip. first..last is a block of fencing tokens
+-- reserved for the new holder (INCRBY): it takes the first and may give the
+-- rest to goroutines of its own process it passes the lock to (cohorting);
+-- any later acquisition gets a higher token.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -62,8 +65,9 @@ end
 -- is told so by name. With no one queued, message (if any) is published for
 -- local listeners instead. When the caller's own entry self is at the head,
 -- nothing is done and -1 is returned: the caller takes the lock itself.
+-- block is the number of fencing tokens reserved for the new holder.
 -- Returns the lease granted in milliseconds, 0 when no one waits, or -1.
-local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self)
+local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self, block)
   while true do
     local head = mutex_head(queue, waiters)
     if not head then
@@ -80,8 +84,8 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, mess
     if owner and tonumber(lease) > 0 then
       redis.call('HSET', lock, owner, 1)
       redis.call('PEXPIRE', lock, lease)
-      local token = redis.call('INCR', fence)
-      redis.call(publish, channel, '@' .. owner .. ' ' .. token)
+      local last = redis.call('INCRBY', fence, block)
+      redis.call(publish, channel, '@' .. owner .. ' ' .. (last - block + 1) .. ':' .. last)
       return tonumber(lease)
     end
     -- A malformed entry (not written by this version): dropped, next one.

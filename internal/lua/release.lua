@@ -15,6 +15,7 @@
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds
+-- ARGV[7]  fencing tokens to reserve for a queued waiter handed the lock
 --
 -- Returns the hold count left after the release (0: this owner no longer holds
 -- the lock, which went to the next waiter or was announced free), or -1 when
@@ -36,7 +37,7 @@ if left > 0 then
   redis.call('PEXPIRE', lock, ARGV[2])
 else
   redis.call('DEL', lock)
-  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], nil)
+  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], nil, tonumber(ARGV[7]))
 end
 redis.call('SET', latch, left, 'PX', ARGV[6])
 return left
