@@ -153,7 +153,8 @@ func mxSubscriberIDs(clientList string) []string {
 		var id, flags string
 		for f := range strings.FieldsSeq(line) {
 			k, v, _ := strings.Cut(f, "=")
-			switch k {
+			// A RESP3 reply is a verbatim string: "txt:" opens its first line.
+			switch strings.TrimPrefix(k, "txt:") {
 			case "id":
 				id = v
 			case "flags":
