@@ -22,6 +22,16 @@
 // the lock is handed to it first, holds it for one lease, like a crashed
 // holder).
 //
+// Within one Client, a watchdog hold that unlocks while other goroutines of
+// the Client wait passes the lock to the oldest of them without a round trip
+// (lock cohorting): the new hold takes over the Redis owner field, its lease
+// and renewals, and the next of a block of fencing tokens reserved when the
+// lock was taken from Redis, so tokens still rise strictly from holder to
+// holder. A budget bounds this (8 passes, within 10ms of taking the lock from
+// Redis); then the lock goes back to the Redis queue, so other processes wait
+// for at most a few local turns more than in strict arrival order. Holds with
+// WithLease take no part.
+//
 // # Usage
 //
 //	c, err := rlock.New(rueidisClient)

@@ -288,6 +288,8 @@ func (m *Mutex) handOn(p *cohortPass) {
 // when ctx ends, because a count raised in Redis but unknown to the caller
 // would never be unlocked.
 func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (context.Context, error) {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
 		return nil, m.notHeld(cause)
 	}
@@ -335,6 +337,8 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 }
 
 func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string) error {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
 		return m.notHeld(cause)
 	}
@@ -398,6 +402,9 @@ func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
 	h := m.holdOf(lockCtx)
 	if h == nil {
 		return 0, nil
+	}
+	if ended, cause := h.State(); ended && errors.Is(cause, ErrUnlocked) {
+		return 0, nil // unlocked; its owner field may have passed to another hold
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
 	defer cancel()

@@ -24,6 +24,10 @@ type Hold struct {
 	Token  uint64 // fencing token, when the primitive has one
 	cancel context.CancelCauseFunc
 
+	// Serial serialises the calls that change the hold count (re-entry,
+	// release) of one hold, so that the count known here is Redis's.
+	Serial sync.Mutex
+
 	mu        sync.Mutex
 	lease     time.Duration
 	renew     bool        // the watchdog extends it
