@@ -17,10 +17,10 @@
 // lease (the waiter's re-check then finds the lock already its own), and
 // after a pub/sub reconnect every waiter re-checks at once. A waiter that
 // gives up after the lock was handed to it gives it on to the next. A queued
-// waiter re-checks at least every 2/5 of the watchdog timeout to keep its
-// place; one whose process died loses it after one watchdog timeout (or, if
-// the lock is handed to it first, holds it for one lease, like a crashed
-// holder).
+// waiter re-checks at least every 4/5 of the watchdog timeout to keep its
+// place (behind a renewed hold, about every 20-30s by default); one whose
+// process died loses it after two watchdog timeouts (or, if the lock is
+// handed to it first, holds it for one lease, like a crashed holder).
 //
 // Within one Client, a watchdog hold that unlocks while other goroutines of
 // the Client wait passes the lock to the oldest of them without a round trip

@@ -193,8 +193,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if w != nil {
 			a.queuedAt = a.sentAt
 			// Re-check often enough to keep our place in the queue, which
-			// lapses one watchdog timeout after the last check.
-			retry = min(retry, c.Cfg.WatchdogTimeout*2/5)
+			// lapses two watchdog timeouts after the last check. (Behind a
+			// renewed hold the holder's lease bounds it sooner: a blocked
+			// waiter costs about one script call per 20-30s.)
+			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
 		}
 		return false, retry, nil
 	default: // abandoned owner: cannot happen for a fresh id, but never reuse it

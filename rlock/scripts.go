@@ -75,6 +75,9 @@ func parseGrant(data string) (first, last uint64, ok bool) {
 	return first, last, true
 }
 
+// waiterLease is how long a queued waiter keeps its place without re-checking.
+func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
+
 // acquireScript runs acquire.lua. A contended acquisition (enqueue) reserves a
 // block of fencing tokens, which the holder may pass on to goroutines of its
 // Client (see cohort.go); an uncontended one takes a single token.
@@ -84,7 +87,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, le
 		block = tokenBlockArg
 	}
 	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
-		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(c.Cfg.WatchdogTimeout), publishCommand, k.channel, block, tokenBlockArg}).AsIntSlice()
+		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(waiterLease(c)), publishCommand, k.channel, block, tokenBlockArg}).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}
