@@ -18,7 +18,9 @@ import (
 // no round trip at all.
 //
 // Fairness across processes is kept by a budget: at most cohortPasses local
-// hand-offs, within cohortSpan of the Redis acquisition; then the lock is
+// hand-offs (within cohortSpan of the Redis acquisition, a cap for long
+// critical sections; a tighter time budget starved cohorting under load,
+// when a round trip takes milliseconds); then the lock is
 // released in Redis, which hands it to the head of the Redis queue. Local
 // waiters are served in their arrival order; those that arrived while the
 // lock was held locally wait without queueing in Redis, and queue there
@@ -28,7 +30,7 @@ import (
 // own fixed lease, which a hand-off could not honour.
 const (
 	cohortPasses = 8
-	cohortSpan   = 10 * time.Millisecond
+	cohortSpan   = time.Second
 	// tokenBlock fencing tokens are reserved by a contended acquisition: one
 	// for the holder and one per possible local hand-off.
 	tokenBlock = cohortPasses + 1

@@ -27,8 +27,8 @@
 // (lock cohorting): the new hold takes over the Redis owner field, its lease
 // and renewals, and the next of a block of fencing tokens reserved when the
 // lock was taken from Redis, so tokens still rise strictly from holder to
-// holder. A budget bounds this (8 passes, within 10ms of taking the lock from
-// Redis); then the lock goes back to the Redis queue, so other processes wait
+// holder. A budget bounds this (8 passes, within a second of taking the lock
+// from Redis); then the lock goes back to the Redis queue, so other processes wait
 // for at most a few local turns more than in strict arrival order. Holds with
 // WithLease take no part.
 //
