@@ -273,3 +273,60 @@ func TestCohortPassesLocally(t *testing.T) {
 		t.Errorf("the other Client's waiter waited %v: starved", maxWaitY)
 	}
 }
+
+// Waiters for a local pass (they are not queued in Redis) honour their wait
+// timeout, and return ErrClosed when their Client closes under the holder.
+func TestCohortLocalWaitersTimeoutAndClose(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "cohort-close"
+	x, y := e.client(), e.client()
+	hy, err := y.Mutex(name).Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waits in Redis and is handed the lock: a contended acquisition, which
+	// reserves fencing tokens to pass on to X's other waiters.
+	got := make(chan context.Context, 1)
+	go func() {
+		lc, err := x.Mutex(name).Lock(e.ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lc
+	}()
+	e.queuedIs(1)
+	mustUnlockFT(t, y.Mutex(name), hy)
+	la := <-got
+	if la == nil {
+		t.FailNow()
+	}
+
+	resB := make(chan error, 1)
+	go func() {
+		_, err := x.Mutex(name).Lock(e.ctx)
+		resB <- err
+	}()
+	start := time.Now()
+	_, err = x.Mutex(name).Lock(e.ctx, rlock.WithWaitTimeout(100*time.Millisecond))
+	if !errors.Is(err, rlock.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock with a wait timeout behind a local holder: %v, want ErrLocked and DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took < 90*time.Millisecond || took > 3*time.Second {
+		t.Errorf("Lock with WithWaitTimeout(100ms) returned after %v", took)
+	}
+
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-resB:
+		if !errors.Is(err, rlock.ErrClosed) {
+			t.Errorf("waiting Lock after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(ftPatience):
+		t.Fatal("waiting Lock did not return after Close")
+	}
+	if cause := context.Cause(la); !errors.Is(cause, rlock.ErrLeaseLost) || !errors.Is(cause, rlock.ErrClosed) {
+		t.Errorf("holder's lock context after Close: %v, want ErrLeaseLost and ErrClosed", cause)
+	}
+}
