@@ -122,12 +122,12 @@ func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
 		last     uint64
 		badToken []uint64
 	)
-	for i := range 12 {
+	for i := range 6 {
 		c := clients[i%len(clients)]
 		wg.Go(func() {
 			m := c.Mutex(name)
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
-			for range 40 {
+			for range 20 {
 				ctx, cancel := context.WithTimeout(e.ctx, time.Duration(3000+rng.IntN(7000))*time.Microsecond)
 				lc, err := m.Lock(ctx)
 				if err != nil {
@@ -247,8 +247,8 @@ func TestCohortPassesLocally(t *testing.T) {
 		}
 	}
 	before := e.scripts()
-	for range 8 {
-		wg.Go(func() { run(x, 40, false) })
+	for range 4 {
+		wg.Go(func() { run(x, 20, false) })
 	}
 	wg.Go(func() { run(y, 10, true) })
 	wg.Wait()

@@ -86,12 +86,20 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
+	// The wait timeout starts with the wait: a local one, or after the first
+	// attempt.
 	waitCtx := ctx
-	if wait && lc.waitSet {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout,
-			fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
-		defer cancel()
+	var cancelWait context.CancelFunc
+	defer func() {
+		if cancelWait != nil {
+			cancelWait()
+		}
+	}()
+	startWait := func() {
+		if lc.waitSet && cancelWait == nil {
+			waitCtx, cancelWait = context.WithTimeoutCause(ctx, lc.waitTimeout,
+				fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
+		}
 	}
 	if wait && a.renew {
 		// Wait for a hold of this Client to pass the lock on, too (see
@@ -104,6 +112,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			}
 		}()
 		if localOnly {
+			startWait()
 			select {
 			case <-a.lw.ready:
 			case <-waitCtx.Done():
@@ -128,6 +137,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
 	}
+	startWait()
 	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
 		// Give up our place in the queue (and anything the last attempt
 		// may have taken), so the next waiter is not held up.

@@ -39,6 +39,10 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		if c.IsClosed() {
 			return ErrClosed
 		}
+		if ctx.Err() != nil {
+			// The wait ended while subscribing: report why it ended.
+			return CtxError(ctx)
+		}
 		return err
 	}
 	satisfied := false
