@@ -101,6 +101,13 @@ func (t *cohorts) put(name string, co *cohort) {
 	}
 }
 
+// active reports whether goroutines of this Client hold or wait for the lock.
+func (t *cohorts) active(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[name] != nil
+}
+
 // join registers a waiting Lock call. localOnly reports that a hold of this
 // Client can pass the lock on now: the caller waits for lw.ready alone, and
 // queues in Redis only if it is woken without a pass.

@@ -101,16 +101,20 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 				fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
 		}
 	}
-	if wait && a.renew {
-		// Wait for a hold of this Client to pass the lock on, too (see
-		// cohort.go); a pass that comes as we leave goes on to the next.
-		var localOnly bool
-		a.lw, localOnly = m.t.join(m.name)
-		defer func() {
+	// Wait for a hold of this Client to pass the lock on, too (see
+	// cohort.go): at once when goroutines of the Client hold or wait for the
+	// lock, else after a first attempt that fails. A pass that comes as we
+	// leave goes on to the next.
+	defer func() {
+		if a.lw != nil {
 			if p := m.t.leave(m.name, a.lw); p != nil {
 				m.handOn(p)
 			}
-		}()
+		}
+	}()
+	if wait && a.renew && m.t.active(m.name) {
+		var localOnly bool
+		a.lw, localOnly = m.t.join(m.name)
 		if localOnly {
 			startWait()
 			select {
@@ -136,6 +140,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		case !wait:
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
+	}
+	if wait && a.renew && a.lw == nil {
+		a.lw, _ = m.t.join(m.name) // it waits in Redis; a pass may still come
 	}
 	startWait()
 	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
