@@ -158,7 +158,8 @@ func (c *conn) markIdle(e *entry) {
 // onMessage runs on rueidis's reading goroutine: it must not block.
 func (c *conn) onMessage(m rueidis.PubSubMessage) {
 	if tag, addressed := strings.CutPrefix(m.Message, AddressPrefix); addressed {
-		c.wakeTagged(m.Channel, tag)
+		tag, data, _ := strings.Cut(tag, AddressDataSeparator)
+		c.wakeTagged(m.Channel, tag, data)
 		return
 	}
 	budget, err := strconv.ParseInt(m.Message, 10, 64)
@@ -194,13 +195,17 @@ func (c *conn) onMessage(m rueidis.PubSubMessage) {
 	}
 }
 
-// wakeTagged signals the Waiter of channel tagged tag, if it lives here.
-func (c *conn) wakeTagged(channel, tag string) {
+// wakeTagged signals the Waiter of channel tagged tag, if it lives here,
+// leaving data for it when there is any.
+func (c *conn) wakeTagged(channel, tag, data string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[channel]; e != nil {
 		for w := e.head; w != nil; w = w.next {
 			if w.tag == tag {
+				if data != "" {
+					w.data = data
+				}
 				w.signal()
 				return
 			}

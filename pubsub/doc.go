@@ -19,6 +19,8 @@
 //     one. The payload WakeAll wakes every Waiter of the channel, and
 //     AddressPrefix + tag wakes only the Waiter tagged so (Waiter.SetTag), in
 //     whichever process it lives: a Redis-side queue uses it to wake its head.
+//     An addressed payload may carry data after AddressDataSeparator, which the
+//     Waiter reads with TakeData: how a queue hands over the resource itself.
 //   - When a connection drops, the Multiplexer reconnects with backoff,
 //     resubscribes every channel and then wakes every Waiter at once, because
 //     messages published during the gap are lost (pub/sub delivery is at most

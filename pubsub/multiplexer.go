@@ -14,8 +14,12 @@ import (
 const (
 	// WakeAll wakes every Waiter of a channel.
 	WakeAll = "*"
-	// AddressPrefix starts a payload that wakes one Waiter by tag: "@" + tag.
+	// AddressPrefix starts a payload that wakes one Waiter by tag: "@" + tag,
+	// optionally followed by AddressDataSeparator and data for that Waiter.
 	AddressPrefix = "@"
+	// AddressDataSeparator separates the tag of an addressed payload from the
+	// data it carries (Waiter.TakeData); tags must not contain it.
+	AddressDataSeparator = " "
 )
 
 // Multiplexer shares a few dedicated pub/sub connections among all Waiters of

@@ -155,7 +155,8 @@ func mxSubscriberIDs(clientList string) []string {
 		var id, flags string
 		for f := range strings.FieldsSeq(line) {
 			k, v, _ := strings.Cut(f, "=")
-			switch k {
+			// A RESP3 reply is a verbatim string: "txt:" opens its first line.
+			switch strings.TrimPrefix(k, "txt:") {
 			case "id":
 				id = v
 			case "flags":
@@ -601,6 +602,46 @@ func TestAddressedWake(t *testing.T) {
 	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"b")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws)
+}
+
+// An addressed message may carry data after the separator: the tagged Waiter
+// gets it (once) with TakeData, and a new tag discards data of the old one.
+func TestAddressedData(t *testing.T) {
+	ctx := mxContext(t)
+	srv := redistest.New(t)
+	pub := redistest.Client(t, srv)
+	prefix := redistest.KeyPrefix(t)
+	m := mxNew(t, redistest.Client(t, srv))
+	fence := mxNewFence(ctx, t, m, pub, prefix)
+	ch := prefix + "data"
+
+	ws := []*pubsub.Waiter{mxSubscribe(ctx, t, m, ch), mxSubscribe(ctx, t, m, ch)}
+	defer ws[0].Leave(true)
+	defer ws[1].Leave(true)
+	ws[0].SetTag("a:1")
+	ws[1].SetTag("b:2")
+
+	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"b:2"+pubsub.AddressDataSeparator+"42")
+	fence.sync(ctx, t)
+	mxExpectFired(t, ws, 1)
+	if d := ws[1].TakeData(); d != "42" {
+		t.Fatalf("TakeData = %q, want 42", d)
+	}
+	if d := ws[1].TakeData(); d != "" {
+		t.Fatalf("second TakeData = %q, want nothing", d)
+	}
+	if d := ws[0].TakeData(); d != "" {
+		t.Fatalf("untargeted waiter's TakeData = %q, want nothing", d)
+	}
+
+	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"a:1"+pubsub.AddressDataSeparator+"7")
+	fence.sync(ctx, t)
+	mxExpectFired(t, ws, 0)
+	ws[0].SetTag("a:1") // same tag: the data stays
+	ws[0].SetTag("a:3") // new tag: the data of the old one goes
+	if d := ws[0].TakeData(); d != "" {
+		t.Fatalf("TakeData after a new tag = %q, want nothing", d)
+	}
 }
 
 // 11. After a lost connection the Multiplexer resubscribes every channel, then

@@ -9,6 +9,7 @@ type Waiter struct {
 	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
 	weight int64
 	tag    string // guarded by conn.mu
+	data   string // payload of the last addressed message, guarded by conn.mu
 	entry  *entry
 	conn   *conn
 	// Links of the channel's FIFO queue, guarded by conn.mu.
@@ -37,12 +38,34 @@ func (w *Waiter) Leave(satisfied bool) {
 
 // SetTag names the Waiter so that a message "@" + tag on its channel wakes it,
 // and only it: how a Redis-side queue hands a release to the waiter at its head,
-// wherever that waiter lives. An empty tag removes the name.
+// wherever that waiter lives. An empty tag removes the name. Changing the tag
+// discards the data of messages addressed to the former one (see Data).
 func (w *Waiter) SetTag(tag string) {
 	w.conn.mu.Lock()
+	if w.tag != tag {
+		w.data = ""
+	}
 	w.tag = tag
 	w.conn.mu.Unlock()
 }
+
+// TakeData returns and clears the data of the last message addressed to the
+// Waiter's tag: a message "@" + tag + " " + data (see AddressDataSeparator)
+// stores data before it wakes the Waiter, so a Redis-side queue can hand the
+// resource itself (a lock granted, with its fencing token) along with the
+// wake-up. It returns "" when no such message came since the last call.
+func (w *Waiter) TakeData() string {
+	w.conn.mu.Lock()
+	d := w.data
+	w.data = ""
+	w.conn.mu.Unlock()
+	return d
+}
+
+// Notify wakes the Waiter as a message chosen for it would (C receives a
+// value unless a wake is already pending): for a process-local event that the
+// waiting goroutine must look at. Safe from any goroutine.
+func (w *Waiter) Notify() { w.signal() }
 
 // signal wakes the waiter unless a wake is already pending. It reports whether a
 // new signal was delivered.

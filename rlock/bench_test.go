@@ -3,7 +3,10 @@ package rlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/relockio/relock/internal/redistest"
@@ -89,6 +92,43 @@ func BenchmarkMutexTryLockHeld(b *testing.B) {
 			b.Fatalf("TryLock on a held lock: got %v, want ErrLocked", err)
 		}
 	}
+	b.StopTimer()
+	benchCommands(b, srv, before)
+}
+
+// BenchmarkMutexManyLocks is the many-locks load in one Client: 10 goroutines
+// on each of 1000 locks, each taking its lock and letting go at once; an op is
+// one acquisition. Almost every acquisition is a hand-off to a queued waiter.
+func BenchmarkMutexManyLocks(b *testing.B) {
+	const locks, perLock = 1000, 10
+	c, srv := benchClient(b)
+	ctx := context.Background()
+	before, err := srv.CommandStats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	for i := range locks * perLock {
+		m := c.Mutex("bench-" + strconv.Itoa(i%locks))
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lockCtx, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := m.Unlock(lockCtx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 	b.StopTimer()
 	benchCommands(b, srv, before)
 }

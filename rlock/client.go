@@ -14,6 +14,7 @@ import (
 // goroutines, and Close it on shutdown. Package semaphore builds on it too.
 type Client struct {
 	c *core.Client
+	t *cohorts
 }
 
 func init() {
@@ -47,7 +48,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &Client{c: c}, nil
+	return &Client{c: c, t: &cohorts{m: make(map[string]*cohort)}}, nil
 }
 
 // ID is the Client's owner identity, a random UUID. Hash fields of its holds
@@ -58,7 +59,7 @@ func (c *Client) ID() string { return c.c.ID }
 // a name bound to the Client, and any number may exist. An invalid name is
 // reported by every method of the returned Mutex, wrapped in ErrInvalidName.
 func (c *Client) Mutex(name string) *Mutex {
-	return &Mutex{c: c.c, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name)}
+	return &Mutex{c: c.c, t: c.t, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name)}
 }
 
 // Close stops the watchdog and the multiplexer. Holds still open are not

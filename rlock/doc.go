@@ -6,16 +6,31 @@
 // sleep loop. All waiting goroutines of a Client share a few pub/sub
 // connections (package pubsub).
 //
-// Contended waiters queue in Redis in arrival order, across all processes: a
-// free lock is reserved for the waiter at the head of the queue, and the
-// release wakes that waiter by name, so one release causes one acquisition
-// attempt and no goroutine can be starved by others that happen to retry
-// sooner. (Only an uncontended Lock, finding the lock free and no one queued,
-// takes it at once.) Every wait is also bounded by the holder's remaining
-// lease, so a lost message costs at most one lease, and after a pub/sub
-// reconnect every waiter re-checks at once. A queued waiter re-checks at least
-// every 2/5 of the watchdog timeout to keep its place; one whose process died
-// loses it after one watchdog timeout.
+// Contended waiters queue in Redis in arrival order, across all processes. The
+// release that frees the lock hands it, in the same script, to the waiter at
+// the head of the queue (with that waiter's lease and the next fencing token)
+// and tells it so by name: the woken waiter holds the lock without another
+// round trip, so a hand-off costs one message, and no goroutine can be starved
+// by others that happen to retry sooner. (Only an uncontended Lock, finding
+// the lock free and no one queued, takes it at once.) Every wait is also
+// bounded by the holder's remaining lease, so a lost message costs at most one
+// lease (the waiter's re-check then finds the lock already its own), and
+// after a pub/sub reconnect every waiter re-checks at once. A waiter that
+// gives up after the lock was handed to it gives it on to the next. A queued
+// waiter re-checks at least every 4/5 of the watchdog timeout to keep its
+// place (behind a renewed hold, about every 20-30s by default); one whose
+// process died loses it after two watchdog timeouts (or, if the lock is
+// handed to it first, holds it for one lease, like a crashed holder).
+//
+// Within one Client, a watchdog hold that unlocks while other goroutines of
+// the Client wait passes the lock to the oldest of them without a round trip
+// (lock cohorting): the new hold takes over the Redis owner field, its lease
+// and renewals, and the next of a block of fencing tokens reserved when the
+// lock was taken from Redis, so tokens still rise strictly from holder to
+// holder. A budget bounds this (8 passes, within a second of taking the lock
+// from Redis); then the lock goes back to the Redis queue, so other processes wait
+// for at most a few local turns more than in strict arrival order. Holds with
+// WithLease take no part.
 //
 // # Usage
 //

@@ -217,7 +217,8 @@ func (e *ftEnv) subscriberIDs(clientName string) []string {
 		var id, flags, cname string
 		for f := range strings.FieldsSeq(line) {
 			k, v, _ := strings.Cut(f, "=")
-			switch k {
+			// A RESP3 reply is a verbatim string: "txt:" opens its first line.
+			switch strings.TrimPrefix(k, "txt:") {
 			case "id":
 				id = v
 			case "flags":

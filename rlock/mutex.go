@@ -29,6 +29,7 @@ import (
 // shared state with the fencing token (Token) where it matters.
 type Mutex struct {
 	c    *core.Client
+	t    *cohorts
 	name string
 	err  error // invalid name, reported by every method
 	keys keys
@@ -39,7 +40,7 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until it holds the lock, ctx is done, or the wait timeout of
 // WithWaitTimeout runs out. It waits without polling, in a queue served in
-// arrival order across processes: it sleeps until the release wakes it, a
+// arrival order across processes: it sleeps until a release hands it the lock, a
 // pub/sub reconnect, or the holder's lease runs out.
 //
 // Lock returns the first attempt's error at once (Redis unreachable, say);
@@ -85,6 +86,48 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
+	// The wait timeout starts with the wait: a local one, or after the first
+	// attempt.
+	waitCtx := ctx
+	var cancelWait context.CancelFunc
+	defer func() {
+		if cancelWait != nil {
+			cancelWait()
+		}
+	}()
+	startWait := func() {
+		if lc.waitSet && cancelWait == nil {
+			waitCtx, cancelWait = context.WithTimeoutCause(ctx, lc.waitTimeout,
+				fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
+		}
+	}
+	// Wait for a hold of this Client to pass the lock on, too (see
+	// cohort.go): at once when goroutines of the Client hold or wait for the
+	// lock, else after a first attempt that fails. A pass that comes as we
+	// leave goes on to the next.
+	defer func() {
+		if a.lw != nil {
+			if p := m.t.leave(m.name, a.lw); p != nil {
+				m.handOn(p)
+			}
+		}
+	}()
+	if wait && a.renew && m.t.active(m.name) {
+		var localOnly bool
+		a.lw, localOnly = m.t.join(m.name)
+		if localOnly {
+			startWait()
+			select {
+			case <-a.lw.ready:
+			case <-waitCtx.Done():
+				return nil, m.wrap("lock", core.CtxError(waitCtx))
+			}
+			if a.pass = m.t.take(a.lw, nil); a.pass != nil {
+				return a.hold(ctx)
+			}
+			// No pass after all: queue in Redis like everyone else.
+		}
+	}
 	// When goroutines of this Client already wait, the lock is contended: skip
 	// the attempt that could only fail, and queue at once.
 	if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
@@ -98,25 +141,18 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
 	}
-	waitCtx := ctx
-	if lc.waitSet {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout,
-			fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
-		defer cancel()
+	if wait && a.renew && a.lw == nil {
+		a.lw, _ = m.t.join(m.name) // it waits in Redis; a pass may still come
 	}
+	startWait()
 	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
 		// Give up our place in the queue (and anything the last attempt
 		// may have taken), so the next waiter is not held up.
-		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), true)
 		return nil, m.wrap("lock", err)
 	}
 	return a.hold(ctx)
 }
-
-// minReservedBackoff is the first re-check delay while the lock is reserved for
-// another waiter; it doubles on every re-check that finds it still reserved.
-const minReservedBackoff = 20 * time.Millisecond
 
 // acquisition is one Lock call's first acquisition, retried while waiting.
 type acquisition struct {
@@ -124,20 +160,35 @@ type acquisition struct {
 	owner  string
 	lease  time.Duration
 	renew  bool
-	sentAt time.Time
+	sentAt time.Time // when the command that granted the lease was sent, or earlier
 	reply  acquireReply
-	// reservedBackoff spaces re-checks while the lock is reserved for the
-	// head waiter: that waiter normally takes it within a round trip, and its
-	// lease (which may be short) then bounds the wait, not its place's lapse.
-	reservedBackoff time.Duration
+	// queuedAt is when the last attempt that found the lock taken (and queued
+	// this owner) was sent. A release that hands the lock to this owner runs
+	// after that attempt, so a lease granted by it starts later than queuedAt.
+	queuedAt time.Time
+	queued   bool // an attempt may have queued this owner in Redis
+
+	lw   *localWaiter // the wait for a local pass (see cohort.go), if any
+	pass *cohortPass  // the lock passed on by a hold of this Client
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
-// taken, and tags w with the owner id, so that a release can wake it by name.
+// taken, and tags w with the owner id, so that a release can hand it the lock
+// by name; a hand-off that came in since the last attempt is taken without
+// asking Redis.
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.m.c
+	if a.lw != nil {
+		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
+			return true, 0, nil
+		}
+	}
 	if w != nil {
-		w.SetTag(a.owner)
+		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
+		if a.handedOff(w) {
+			return true, 0, nil
+		}
+		a.queued = true
 	}
 	a.sentAt = time.Now()
 	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
@@ -145,8 +196,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			// The script may have run: make sure this owner holds nothing and
 			// is not queued, and carry on (if at all) under a new one.
-			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds())
-			a.owner = c.NewID()
+			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds(), true)
+			a.owner, a.queuedAt = c.NewID(), time.Time{}
 		}
 		return false, 0, err
 	}
@@ -156,46 +207,108 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		return true, 0, nil
 	case 0:
 		retry := c.RetryAfter(r.wait)
-		if r.reserved {
-			a.reservedBackoff = min(max(2*a.reservedBackoff, minReservedBackoff), retry)
-			retry = a.reservedBackoff
-		} else {
-			a.reservedBackoff = 0
-		}
 		if w != nil {
+			a.queuedAt = a.sentAt
 			// Re-check often enough to keep our place in the queue, which
-			// lapses one watchdog timeout after the last check.
-			retry = min(retry, c.Cfg.WatchdogTimeout*2/5)
+			// lapses two watchdog timeouts after the last check. (Behind a
+			// renewed hold the holder's lease bounds it sooner: a blocked
+			// waiter costs about one script call per 20-30s.)
+			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
 		}
 		return false, retry, nil
 	default: // abandoned owner: cannot happen for a fresh id, but never reuse it
-		a.owner = c.NewID()
+		a.owner, a.queuedAt = c.NewID(), time.Time{}
 		return false, 0, nil
 	}
+}
+
+// handedOff reports whether a release handed the lock to this owner (a message
+// with its fencing token woke w). The lease was granted after queuedAt, which
+// then starts the hold's clock; when that leaves less than half the lease, the
+// caller confirms with a round trip instead (acquire.lua finds the hold and
+// sets its lease again), so a hold never starts nearly expired.
+func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
+	first, last, ok := parseGrant(w.TakeData())
+	if !ok || a.queuedAt.IsZero() || time.Since(a.queuedAt) > a.lease/2 {
+		return false
+	}
+	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}
+	a.sentAt = a.queuedAt
+	return true
 }
 
 // hold turns a successful acquisition into a lock context. If ctx ended in the
 // meantime the lock is given back, so a cancelled Lock never leaves a hold.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	m := a.m
+	if p := a.pass; p != nil {
+		if a.queued {
+			// Our place in the Redis queue is of no use now.
+			abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), false)
+		}
+		if err := ctx.Err(); err != nil {
+			m.handOn(p)
+			return nil, m.wrap("lock", err)
+		}
+		lockCtx, cancel := context.WithCancelCause(ctx)
+		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h.SetCount(1)
+		if !m.c.Register(h) {
+			h.End(ErrUnlocked)
+			m.t.abortTransit(m.name)
+			return nil, ErrClosed
+		}
+		h.StartUntil(p.until)
+		m.t.adopt(m.name, h)
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+		return m.withHold(ctx, lockCtx, h), nil
+	}
 	lockCtx, cancel := context.WithCancelCause(ctx)
 	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h.SetCount(a.reply.count)
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds())
+		abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), true)
 		if err == nil {
 			err = ErrClosed
 		}
 		return nil, m.wrap("lock", err)
 	}
 	h.Start(a.sentAt)
-	return context.WithValue(lockCtx, holdKey{m.c, m.name}, h), nil
+	if a.renew && a.reply.last > a.reply.token {
+		// Tokens to spare: local waiters may be passed the lock.
+		m.t.form(m.name, h, a.reply.last)
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+	}
+	return m.withHold(ctx, lockCtx, h), nil
+}
+
+func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold) context.Context {
+	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
+	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer})
+}
+
+// handOn takes over a lock passed to a Lock call that is leaving, and unlocks
+// it at once: it goes to the next local waiter or back to Redis.
+func (m *Mutex) handOn(p *cohortPass) {
+	h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
+	h.SetCount(1)
+	if !m.c.Register(h) {
+		h.End(ErrUnlocked)
+		m.t.abortTransit(m.name) // closing: the lock expires in Redis
+		return
+	}
+	h.StartUntil(p.until)
+	m.t.adopt(m.name, h)
+	_ = m.release(context.Background(), h, m.c.NewID())
 }
 
 // reenter increments the hold count of h. The call is not abandoned halfway
 // when ctx ends, because a count raised in Redis but unknown to the caller
 // would never be unlocked.
 func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (context.Context, error) {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
 		return nil, m.notHeld(cause)
 	}
@@ -217,6 +330,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	if lc.leaseSet {
 		h.SetFixedLease(lease)
 	}
+	h.SetCount(r.count)
 	h.Extend(sentAt, lease)
 	return ctx, nil
 }
@@ -242,8 +356,17 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 }
 
 func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string) error {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
 		return m.notHeld(cause)
+	}
+	if n, releasing := h.Count(); n == 1 && !releasing {
+		if m.t.passOn(m.name, h) {
+			h.End(ErrUnlocked) // the next holder took over the owner field
+			return nil
+		}
+		m.t.dissolve(m.name, h)
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
@@ -266,6 +389,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	case left == 0:
 		h.End(ErrUnlocked)
 	default:
+		h.SetCount(left)
 		h.Extend(sentAt, lease)
 	}
 	return nil
@@ -297,6 +421,9 @@ func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
 	h := m.holdOf(lockCtx)
 	if h == nil {
 		return 0, nil
+	}
+	if ended, cause := h.State(); ended && errors.Is(cause, ErrUnlocked) {
+		return 0, nil // unlocked; its owner field may have passed to another hold
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
 	defer cancel()
@@ -365,19 +492,31 @@ func (m *Mutex) usable() error {
 	return nil
 }
 
-// holdKey finds a hold in a context: one per Client and lock name, so holds of
-// different locks nest in one context chain.
-type holdKey struct {
-	c    *core.Client
-	name string
+// holdsKey finds the holds carried by a context: the innermost holdLink, which
+// chains to the holds of the contexts it derives from. A hold is one per
+// Client and lock name, so holds of different locks nest in one context
+// chain, and the innermost hold of a lock wins. (A zero-size key and a chain
+// instead of one key per lock: looking a hold up allocates nothing.)
+type holdsKey struct{}
+
+type holdLink struct {
+	c     *core.Client
+	name  string
+	h     *core.Hold
+	outer *holdLink
 }
 
 func (m *Mutex) holdOf(ctx context.Context) *core.Hold {
 	if ctx == nil {
 		return nil
 	}
-	h, _ := ctx.Value(holdKey{m.c, m.name}).(*core.Hold)
-	return h
+	l, _ := ctx.Value(holdsKey{}).(*holdLink)
+	for ; l != nil; l = l.outer {
+		if l.c == m.c && l.name == m.name {
+			return l.h
+		}
+	}
+	return nil
 }
 
 func (m *Mutex) wrap(op string, err error) error {

@@ -110,6 +110,9 @@ type lockConfig struct {
 
 func newLockConfig(opts []LockOption) (lockConfig, error) {
 	var lc lockConfig
+	if len(opts) == 0 {
+		return lc, nil // the common case, without making lc escape
+	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&lc)

@@ -2,8 +2,10 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/relockio/relock/internal/core"
@@ -12,7 +14,8 @@ import (
 
 // unlockMessage is published when a lock becomes free and no one is queued in
 // Redis; the multiplexer reads it as a budget of one local waiter to wake. With
-// a queue, the head waiter is woken by name instead.
+// a queue, the lock is handed to the head waiter, which is told by name:
+// "@" + owner + " " + fencing token.
 const unlockMessage = "1"
 
 const publishCommand = "PUBLISH"
@@ -25,11 +28,9 @@ func ms(d time.Duration) string {
 type acquireReply struct {
 	status int64 // 1 acquired, 0 held by another, -1 re-entry of a lost hold, -2 abandoned owner
 	token  uint64
+	last   uint64 // token..last: the fencing tokens reserved for this holder
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
-	// reserved: the lock is free but kept for the waiter at the head of the
-	// queue; wait is then when that waiter's place lapses, not a lease.
-	reserved bool
 }
 
 func flag(b bool) string {
@@ -39,38 +40,73 @@ func flag(b bool) string {
 	return "0"
 }
 
-func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
-	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
-		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(c.Cfg.WatchdogTimeout), publishCommand, k.channel}).AsIntSlice()
-	if err != nil {
-		return acquireReply{}, err
+// parseAcquireReply checks and decodes acquire.lua's reply; anything but one
+// of the shapes the script returns is an error.
+func parseAcquireReply(vals []int64) (acquireReply, error) {
+	if len(vals) == 0 {
+		return acquireReply{}, errors.New("rlock: empty acquire reply")
 	}
 	r := acquireReply{status: vals[0]}
 	switch {
-	case r.status == 1 && len(vals) == 3:
-		r.token, r.count = uint64(vals[1]), vals[2]
-	case r.status == 0 && len(vals) == 3:
-		r.wait, r.reserved = vals[1], vals[2] == 1
-	case r.status < 0:
+	case r.status == 1 && len(vals) == 4 && vals[1] >= 0 && vals[2] >= 1 && vals[3] >= vals[1]:
+		r.token, r.count, r.last = uint64(vals[1]), vals[2], uint64(vals[3])
+	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && (vals[2] == 0 || vals[2] == 1):
+		r.wait = vals[1]
+	case (r.status == -1 || r.status == -2) && len(vals) == 1:
 	default:
 		return acquireReply{}, fmt.Errorf("rlock: unexpected acquire reply %v", vals)
 	}
 	return r, nil
 }
 
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration) (int64, error) {
-	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second)}).AsInt64()
+// parseGrant decodes the data of a message handing the lock to a queued
+// waiter (see mutex_lib.lua): "first:last", the fencing tokens reserved for
+// it, positive decimals with first <= last.
+func parseGrant(data string) (first, last uint64, ok bool) {
+	a, b, found := strings.Cut(data, ":")
+	if !found || len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 {
+		return 0, 0, false
+	}
+	first, err1 := strconv.ParseUint(a, 10, 64)
+	last, err2 := strconv.ParseUint(b, 10, 64)
+	if err1 != nil || err2 != nil || first == 0 || last < first {
+		return 0, 0, false
+	}
+	return first, last, true
 }
 
-func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64) error {
-	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters},
-		[]string{owner, strconv.FormatInt(lease, 10), publishCommand, k.channel, unlockMessage}).Error()
+// waiterLease is how long a queued waiter keeps its place without re-checking.
+func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
+
+// acquireScript runs acquire.lua. A contended acquisition (enqueue) reserves a
+// block of fencing tokens, which the holder may pass on to goroutines of its
+// Client (see cohort.go); an uncontended one takes a single token.
+func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
+	block := "1"
+	if enqueue {
+		block = tokenBlockArg
+	}
+	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
+		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(waiterLease(c)), publishCommand, k.channel, block, tokenBlockArg}).AsIntSlice()
+	if err != nil {
+		return acquireReply{}, err
+	}
+	return parseAcquireReply(vals)
+}
+
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration) (int64, error) {
+	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence},
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second), tokenBlockArg}).AsInt64()
+}
+
+func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64, tombstone bool) error {
+	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
+		[]string{owner, strconv.FormatInt(lease, 10), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone)}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
-	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters},
-		[]string{publishCommand, k.channel, unlockMessage}).AsInt64()
+	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters, k.fence},
+		[]string{publishCommand, k.channel, unlockMessage, tokenBlockArg}).AsInt64()
 	return n == 1, err
 }
 
@@ -93,13 +129,16 @@ func renewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease 
 }
 
 // abandon makes sure owner does not hold the lock, in the background: it is
-// called when an acquisition's outcome is unknown.
-func abandon(c *core.Client, k keys, owner string, lease int64) {
+// called when an acquisition's outcome is unknown, or when a waiter got the lock
+// otherwise (passed on locally) and gives up its place in the queue. tombstone
+// makes an acquire.lua for owner still in flight refuse it; it is not needed
+// when none can be.
+func abandon(c *core.Client, k keys, owner string, lease int64, tombstone bool) {
 	c.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.Cfg.UnlockTimeout)
 		defer cancel()
 		_ = core.RetryTransient(ctx, func() error {
-			return abandonScript(ctx, c, k, owner, lease)
+			return abandonScript(ctx, c, k, owner, lease, tombstone)
 		})
 	})
 }

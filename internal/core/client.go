@@ -126,7 +126,10 @@ func (c *Client) Go(fn func()) bool {
 // NewID returns an id unique to this Client, for owner fields, permit ids and
 // release requests.
 func (c *Client) NewID() string {
-	return c.ID + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+	var buf [64]byte // a UUID, a colon and a uint64: one allocation, the string
+	b := append(buf[:0], c.ID...)
+	b = append(b, ':')
+	return string(strconv.AppendUint(b, c.seq.Add(1), 10))
 }
 
 // Register adds h to the live holds, starting the watchdog on first use. It

@@ -24,10 +24,16 @@ type Hold struct {
 	Token  uint64 // fencing token, when the primitive has one
 	cancel context.CancelCauseFunc
 
+	// Serial serialises the calls that change the hold count (re-entry,
+	// release) of one hold, so that the count known here is Redis's.
+	Serial sync.Mutex
+
 	mu        sync.Mutex
 	lease     time.Duration
 	renew     bool        // the watchdog extends it
 	expiry    *time.Timer // fires when the last confirmed lease runs out
+	until     time.Time   // when the last confirmed lease runs out (minus the drift margin)
+	count     int64       // hold count (re-entries) as last confirmed by Redis
 	releasing int         // releases in flight: a renewal that finds the hold gone is theirs to judge
 	ended     bool
 	cause     error
@@ -59,9 +65,40 @@ func (c *Client) NewHold(kind *Kind, key, owner string, token uint64, lease time
 // Start arms the expiry timer for a lease granted by a command sent at sentAt.
 // Call it once, after Register.
 func (h *Hold) Start(sentAt time.Time) {
+	h.StartUntil(validUntil(sentAt, h.lease))
+}
+
+// StartUntil arms the expiry timer for a lease known to be valid until until
+// (a hold taken over from another one of the same owner field). Call it once,
+// after Register.
+func (h *Hold) StartUntil(until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.expiry = time.AfterFunc(time.Until(validUntil(sentAt, h.lease)), func() { h.End(ErrLeaseLost) })
+	h.until = until
+	h.expiry = time.AfterFunc(time.Until(until), func() { h.End(ErrLeaseLost) })
+}
+
+// ValidUntil is when the hold's last confirmed lease runs out, less the drift
+// margin: no later than Redis expires it.
+func (h *Hold) ValidUntil() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.until
+}
+
+// SetCount records the hold count Redis reported.
+func (h *Hold) SetCount(n int64) {
+	h.mu.Lock()
+	h.count = n
+	h.mu.Unlock()
+}
+
+// Count is the hold count Redis last reported, and whether a release is in
+// flight (the count may be about to change).
+func (h *Hold) Count() (n int64, releasing bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count, h.releasing > 0
 }
 
 // Extend records that a command sent at sentAt set the lease to lease again.
@@ -69,7 +106,8 @@ func (h *Hold) Extend(sentAt time.Time, lease time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.ended && h.expiry != nil {
-		h.expiry.Reset(time.Until(validUntil(sentAt, lease)))
+		h.until = validUntil(sentAt, lease)
+		h.expiry.Reset(time.Until(h.until))
 	}
 }
 

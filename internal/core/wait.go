@@ -39,6 +39,10 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		if c.IsClosed() {
 			return ErrClosed
 		}
+		if ctx.Err() != nil {
+			// The wait ended while subscribing: report why it ended.
+			return CtxError(ctx)
+		}
 		return err
 	}
 	satisfied := false
@@ -54,7 +58,7 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		case ok:
 			satisfied = true
 			return nil
-		case err != nil && ctx.Err() == nil && Transient(err):
+		case err != nil && retryable(ctx, err):
 			lastErr = err
 			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
 			retryIn = backoff
@@ -125,12 +129,25 @@ func Transient(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, rueidis.ErrDoCacheAborted)
 }
 
+// retryable tells errors of a call made with ctx worth retrying while ctx
+// lasts: transient ones, and context errors that are not ctx's own. rueidis
+// fails the commands queued on a connection with the error that closed it,
+// which may be the deadline of another caller's context.
+func retryable(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	return Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // RetryTransient runs op until it succeeds, fails for good, or ctx ends.
+// Errors are retried when transient, or when they are another context's
+// (see retryable); op must be idempotent.
 func RetryTransient(ctx context.Context, op func() error) error {
 	backoff := minRetryBackoff
 	for {
 		err := op()
-		if err == nil || !Transient(err) {
+		if err == nil || !retryable(ctx, err) {
 			return err
 		}
 		select {

@@ -23,7 +23,9 @@ func (c *Client) runWatchdog() {
 	for {
 		select {
 		case <-ticker.C:
-			c.renewAll(period)
+			// A slow renewal is still worth having while the lease lasts:
+			// give it two periods (a third of the lease stays as margin).
+			c.renewAll(2 * period)
 		case <-c.closed:
 			return
 		}

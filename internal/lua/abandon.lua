@@ -1,32 +1,39 @@
 -- abandon: give up an owner field: a waiter that stops waiting, or an
 -- acquisition whose outcome is unknown (the caller's context ended, or the
--- connection failed, while acquire.lua was in flight). Whatever order the two
--- scripts run in, the field ends up neither holding the lock nor queued: the
--- tombstone makes a late acquire.lua refuse it.
+-- connection failed, while acquire.lua was in flight, or the lock was handed
+-- to it as it left). Whatever order the scripts run in, the field ends up
+-- neither holding the lock nor queued: the tombstone makes a late acquire.lua
+-- refuse it.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  tombstone of the owner field
 -- KEYS[3]  queue zset (see mutex_lib.lua)
 -- KEYS[4]  waiter deadlines zset
+-- KEYS[5]  fencing counter
 -- ARGV[1]  owner field
--- ARGV[2]  tombstone lifetime in milliseconds (the lease: a hold could not outlive it)
+-- ARGV[2]  the owner's lease in milliseconds (its queue entry names it); also
+--          the tombstone's lifetime (a hold could not outlive it)
 -- ARGV[3]  publish command: PUBLISH or SPUBLISH
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
+-- ARGV[6]  fencing tokens to reserve for a queued waiter handed the lock
+-- ARGV[7]  "1" to leave the tombstone, "0" when no acquire.lua for the owner
+--          can be in flight (a waiter that got the lock otherwise)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
--- lock is free afterwards it is announced, so that the next waiter is not
--- delayed by the one that left.
+-- lock is free afterwards it goes to the head waiter (or is announced when this
+-- owner held it), so that the next waiter is not delayed by the one that left.
 local lock, owner = KEYS[1], ARGV[1]
-redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-mutex_dequeue(KEYS[3], KEYS[4], owner)
-local held = redis.call('HDEL', lock, owner)
-if held == 1 and redis.call('HLEN', lock) == 0 then
-  redis.call('DEL', lock)
+if ARGV[7] == '1' then
+  redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
 end
-if redis.call('EXISTS', lock) == 0 and (held == 1 or head == owner) then
-  mutex_purge(KEYS[3], KEYS[4], now_ms())
-  mutex_announce(KEYS[3], ARGV[3], ARGV[4], ARGV[5])
+mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2]))
+local held = redis.call('HDEL', lock, owner)
+if redis.call('EXISTS', lock) == 0 then
+  local message = nil
+  if held == 1 then
+    message = ARGV[5]
+  end
+  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], message, nil, tonumber(ARGV[6]))
 end
 return held

@@ -1,6 +1,7 @@
 -- acquire: take or re-enter a reentrant lock held as a hash of owner -> hold
--- count. Contended acquisitions queue in arrival order: a free lock goes to the
--- waiter at the head of the queue, and to no one else.
+-- count. Contended acquisitions queue in arrival order, and a lock that becomes
+-- free goes to the waiter at the head of the queue, and to no one else: it is
+-- handed to it directly (see mutex_lib.lua).
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter (a plain integer key with no expiry; it outlives the lock)
@@ -9,22 +10,25 @@
 -- KEYS[5]  waiter deadlines zset
 -- KEYS[6]  arrival counter
 -- ARGV[1]  owner field (client id ":" hold id)
--- ARGV[2]  lease in milliseconds, set on the hash on success
+-- ARGV[2]  lease in milliseconds, set on the hash on success (and the lease a
+--          queued waiter is handed the lock with)
 -- ARGV[3]  "1" to re-enter an existing hold, "0" for a first acquisition
 -- ARGV[4]  "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[5]  waiter lease in milliseconds: how long a queued waiter keeps its
 --          place without re-checking
 -- ARGV[6]  publish command: PUBLISH or SPUBLISH
 -- ARGV[7]  unlock channel
+-- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
+--          block the holder may pass on to goroutines of its own process)
+-- ARGV[9]  fencing tokens to reserve for a queued waiter handed the lock
 --
 -- Returns an array:
---   {1, token, count}  acquired; token is the new fencing token (0 on re-entry),
---                      count the hold count after this acquisition
---   {0, wait, reserved} not acquired; with reserved 0, wait is the holder's
---                      remaining lease in milliseconds (-1 when the key has no
---                      expiry); with reserved 1 the lock is free but reserved
---                      for the head waiter, and wait is the time until that
---                      waiter's place lapses
+--   {1, token, count, last}  acquired (or found already handed to this owner
+--                      while it was queued, and its lease re-set); token is the
+--                      fencing token (0 on re-entry), count the hold count, and
+--                      token..last the tokens reserved for this holder
+--   {0, wait, 0}       not acquired; wait is the holder's remaining lease in
+--                      milliseconds (-1 when the key has no expiry)
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
@@ -36,35 +40,38 @@ if ARGV[3] == '1' then
   end
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
-  return {1, 0, count}
+  return {1, 0, count, 0}
 end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
-local now = now_ms()
-mutex_purge(queue, waiters, now)
-local head = redis.call('ZRANGE', queue, 0, 0)[1]
-local wait, reserved = 0, 0
-if redis.call('EXISTS', lock) == 0 then
-  if not head or head == owner then
-    mutex_dequeue(queue, waiters, owner)
+local entry = mutex_entry(owner, lease)
+local wait = redis.call('PTTL', lock)
+if wait == -2 then
+  -- Free: ours unless others queued first; then it goes to the head (who
+  -- missed its hand-off, say because the last holder's lease ran out).
+  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], nil, entry, tonumber(ARGV[9]))
+  if wait <= 0 then
+    if wait < 0 then
+      mutex_dequeue(queue, waiters, entry)
+    end
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
-    return {1, redis.call('INCR', fence), 1}
+    local block = tonumber(ARGV[8])
+    local last = redis.call('INCRBY', fence, block)
+    return {1, last - block + 1, 1, last}
   end
-  -- Free, but reserved for the head: wake it again in case its message was
-  -- lost, and re-check when its place would lapse.
-  redis.call(ARGV[6], ARGV[7], '@' .. head)
-  wait = math.max(tonumber(redis.call('ZSCORE', waiters, head)) - now, 0)
-  reserved = 1
 else
-  wait = redis.call('PTTL', lock)
+  local count = redis.call('HGET', lock, owner)
+  if count then
+    -- Handed to us while we were queued (its message may be lost or late).
+    redis.call('PEXPIRE', lock, lease)
+    local last = tonumber(redis.call('GET', fence))
+    return {1, last, tonumber(count), last}
+  end
 end
 if ARGV[4] == '1' then
-  if redis.call('ZSCORE', queue, owner) == false then
-    redis.call('ZADD', queue, redis.call('INCR', KEYS[6]), owner)
-  end
-  redis.call('ZADD', waiters, now + tonumber(ARGV[5]), owner)
+  mutex_enqueue(queue, waiters, KEYS[6], entry, ARGV[5])
 end
-return {0, wait, reserved}
+return {0, wait, 0}

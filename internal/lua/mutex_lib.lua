@@ -2,14 +2,28 @@
 -- build time (see lua.go), so it declares functions only and touches no key.
 --
 -- The waiter queue of a lock, used by every script that includes this file:
---   queue zset:     owner field -> arrival number (FIFO order)
---   waiters zset:   owner field -> deadline (server time, ms); a waiter that
---                   stops re-checking loses its place when it passes
+--   queue zset:     entry -> arrival number (FIFO order)
+--   waiters zset:   entry -> deadline (server time, ms); a waiter that stops
+--                   re-checking loses its place when it passes
 --   seq key:        arrival counter
+-- An entry is owner field .. '/' .. lease in milliseconds: the lease the lock
+-- is granted with when it is handed to that waiter (see mutex_handoff).
+--
+-- A lock that becomes free while waiters are queued is never left free: it is
+-- handed to the head waiter in the same script (direct hand-off), which learns
+-- it from the message '@' .. owner .. ' ' .. first .. ':' .. last and holds the
+-- lock without a further round trip. first..last is a block of fencing tokens
+-- reserved for the new holder (INCRBY): it takes the first and may give the
+-- rest to goroutines of its own process it passes the lock to (cohorting);
+-- any later acquisition gets a higher token.
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function mutex_entry(owner, lease)
+  return owner .. '/' .. lease
 end
 
 -- Forgets waiters whose deadline passed (their process stopped re-checking).
@@ -21,18 +35,59 @@ local function mutex_purge(queue, waiters, now)
   end
 end
 
-local function mutex_dequeue(queue, waiters, id)
-  redis.call('ZREM', queue, id)
-  redis.call('ZREM', waiters, id)
+local function mutex_dequeue(queue, waiters, entry)
+  redis.call('ZREM', queue, entry)
+  redis.call('ZREM', waiters, entry)
 end
 
--- Announces that the lock is free: to the waiter at the head of the queue by
--- name (the lock is reserved for it), or, with no queue, to anyone listening.
-local function mutex_announce(queue, publish, channel, message)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if head then
-    redis.call(publish, channel, '@' .. head)
-  else
-    redis.call(publish, channel, message)
+-- Joins the queue (or stays in it) and pushes the place's deadline back.
+local function mutex_enqueue(queue, waiters, seq, entry, wlease)
+  redis.call('ZADD', queue, 'NX', redis.call('INCR', seq), entry)
+  redis.call('ZADD', waiters, now_ms() + tonumber(wlease), entry)
+end
+
+-- Returns the entry at the head of the queue, after forgetting lapsed
+-- waiters, or nil when no one waits. Costs one command when no one waits.
+local function mutex_head(queue, waiters)
+  local first = redis.call('ZRANGE', waiters, 0, 0, 'WITHSCORES')
+  if not first[1] then
+    return nil
+  end
+  local now = now_ms()
+  if tonumber(first[2]) <= now then
+    mutex_purge(queue, waiters, now)
+  end
+  return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+-- Hands a free lock (its hash must not exist) to the head waiter: it holds the
+-- lock from now on, with the lease of its entry and a new fencing token, and
+-- is told so by name. With no one queued, message (if any) is published for
+-- local listeners instead. When the caller's own entry self is at the head,
+-- nothing is done and -1 is returned: the caller takes the lock itself.
+-- block is the number of fencing tokens reserved for the new holder.
+-- Returns the lease granted in milliseconds, 0 when no one waits, or -1.
+local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self, block)
+  while true do
+    local head = mutex_head(queue, waiters)
+    if not head then
+      if message then
+        redis.call(publish, channel, message)
+      end
+      return 0
+    end
+    if head == self then
+      return -1
+    end
+    mutex_dequeue(queue, waiters, head)
+    local owner, lease = string.match(head, '^(.+)/(%d+)$')
+    if owner and tonumber(lease) > 0 then
+      redis.call('HSET', lock, owner, 1)
+      redis.call('PEXPIRE', lock, lease)
+      local last = redis.call('INCRBY', fence, block)
+      redis.call(publish, channel, '@' .. owner .. ' ' .. (last - block + 1) .. ':' .. last)
+      return tonumber(lease)
+    end
+    -- A malformed entry (not written by this version): dropped, next one.
   end
 end

@@ -1,0 +1,100 @@
+package rlock
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+func TestParseAcquireReply(t *testing.T) {
+	good := []struct {
+		in   []int64
+		want acquireReply
+	}{
+		{[]int64{1, 7, 1, 7}, acquireReply{status: 1, token: 7, last: 7, count: 1}},
+		{[]int64{1, 7, 1, 15}, acquireReply{status: 1, token: 7, last: 15, count: 1}},
+		{[]int64{1, 0, 3, 0}, acquireReply{status: 1, token: 0, count: 3}},
+		{[]int64{0, 1500, 0}, acquireReply{status: 0, wait: 1500}},
+		{[]int64{0, -1, 0}, acquireReply{status: 0, wait: -1}},
+		{[]int64{0, 20, 1}, acquireReply{status: 0, wait: 20}},
+		{[]int64{-1}, acquireReply{status: -1}},
+		{[]int64{-2}, acquireReply{status: -2}},
+	}
+	for _, tc := range good {
+		got, err := parseAcquireReply(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("parseAcquireReply(%v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 1}, {1, -3, 1, 1}, {1, 7, 0, 7}, {1, 7, 1, 6},
+		{0, -2, 0}, {0, 5, 2}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1}} {
+		if got, err := parseAcquireReply(in); err == nil {
+			t.Errorf("parseAcquireReply(%v) = %+v, want an error", in, got)
+		}
+	}
+}
+
+func TestParseGrant(t *testing.T) {
+	for in, want := range map[string][2]uint64{"1:1": {1, 1}, "42:50": {42, 50},
+		"18446744073709551615:18446744073709551615": {1<<64 - 1, 1<<64 - 1}} {
+		if first, last, ok := parseGrant(in); !ok || first != want[0] || last != want[1] {
+			t.Errorf("parseGrant(%q) = %d, %d, %v; want %v", in, first, last, ok, want)
+		}
+	}
+	for _, in := range []string{"", "1", "0:0", "0:5", "5:4", "-1:2", "x:1", "1:y", "1 2", ":", "1:",
+		":1", "18446744073709551616:18446744073709551617", "+1:2", "1:2:3"} {
+		if first, last, ok := parseGrant(in); ok {
+			t.Errorf("parseGrant(%q) = %d, %d, want no grant", in, first, last)
+		}
+	}
+}
+
+// FuzzParseAcquireReply feeds arbitrary replies (the input's bytes read as
+// big-endian int64s): parsing never panics, and what it accepts is one of the
+// shapes acquire.lua returns.
+func FuzzParseAcquireReply(f *testing.F) {
+	enc := func(vals ...int64) []byte {
+		b := make([]byte, 8*len(vals))
+		for i, v := range vals {
+			binary.BigEndian.PutUint64(b[8*i:], uint64(v))
+		}
+		return b
+	}
+	f.Add(enc(1, 7, 1, 15))
+	f.Add(enc(0, 1500, 0))
+	f.Add(enc(0, -1, 1))
+	f.Add(enc(-1))
+	f.Add(enc(-2))
+	f.Add(enc(1, -1, 1, 0))
+	f.Add(enc(1, 0, 2, 0))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vals := make([]int64, 0, len(data)/8)
+		for len(data) >= 8 {
+			vals = append(vals, int64(binary.BigEndian.Uint64(data)))
+			data = data[8:]
+		}
+		r, err := parseAcquireReply(vals)
+		if err != nil {
+			if r != (acquireReply{}) {
+				t.Fatalf("error %v with a non-zero reply %+v", err, r)
+			}
+			return
+		}
+		switch r.status {
+		case 1:
+			if len(vals) != 4 || r.count < 1 || r.token != uint64(vals[1]) || vals[1] < 0 || r.last < r.token {
+				t.Fatalf("accepted %v as %+v", vals, r)
+			}
+		case 0:
+			if len(vals) != 3 || r.wait < -1 || r.last != 0 || r.token != 0 {
+				t.Fatalf("accepted %v as %+v", vals, r)
+			}
+		case -1, -2:
+			if len(vals) != 1 {
+				t.Fatalf("accepted %v as %+v", vals, r)
+			}
+		default:
+			t.Fatalf("accepted status %d: %v", r.status, vals)
+		}
+	})
+}
