@@ -39,9 +39,6 @@ type badCase struct {
 	name string
 	want error
 	call func() error
-	// knownBug, when set, describes a bug in code this suite may not change:
-	// the case is skipped with that description while it still reproduces.
-	knownBug string
 	// mayChange marks a valid call that fails by design (a wait that timed
 	// out) and may leave traces in Redis: the arrival counter, a short-lived
 	// tombstone.
@@ -137,7 +134,6 @@ func TestBadInput(t *testing.T) {
 	add := func(name string, want error, call func() error) {
 		cases = append(cases, badCase{name: name, want: want, call: call})
 	}
-	known := func(bug string) { cases[len(cases)-1].knownBug = bug }
 
 	// rlock.New and its options.
 	add("rlock.New nil client", rlock.ErrInvalidOption, func() error { return e2(rlock.New(nil)) })
@@ -204,11 +200,8 @@ func TestBadInput(t *testing.T) {
 	add("Token another client's lock ctx", rlock.ErrNotHeld, func() error { return e2(m.Token(heldCtx)) })
 	add("HoldCount nil ctx", nil, func() error { return e2(m.HoldCount(nilCtx)) })
 	add("IsLocked nil ctx", rlock.ErrInvalidOption, func() error { return e2(m.IsLocked(nilCtx)) })
-	known("rlock.Mutex.IsLocked(nil) passes the nil context to rueidis (rlock/mutex.go IsLocked): panics instead of returning an error")
 	add("TTL nil ctx", rlock.ErrInvalidOption, func() error { return e2(m.TTL(nilCtx)) })
-	known("rlock.Mutex.TTL(nil) passes the nil context to rueidis (rlock/mutex.go TTL): panics instead of returning an error")
 	add("ForceUnlock nil ctx", rlock.ErrInvalidOption, func() error { return e2(m.ForceUnlock(nilCtx)) })
-	known("rlock.Mutex.ForceUnlock(nil) passes the nil context to rueidis (rlock/mutex.go ForceUnlock): panics instead of returning an error")
 	// Use after Close.
 	add("closed client Unlock of its own hold", rlock.ErrNotHeld, func() error { return orphan.Unlock(orphanCtx) })
 	add("closed client Unlock of its own hold is ErrClosed", rlock.ErrClosed, func() error { return orphan.Unlock(orphanCtx) })
@@ -307,13 +300,6 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err, panicked := callSafely(tc.call)
-			bug := panicked != nil || (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want))
-			if tc.knownBug != "" {
-				if bug {
-					t.Skipf("known bug: %s (panic: %v, err: %v)", tc.knownBug, panicked, err)
-				}
-				t.Logf("known bug no longer reproduces: %s", tc.knownBug)
-			}
 			switch {
 			case panicked != nil:
 				t.Fatalf("panic: %v", panicked)

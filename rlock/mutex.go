@@ -43,8 +43,10 @@ func (m *Mutex) Name() string { return m.name }
 // arrival order across processes: it sleeps until a release hands it the lock, a
 // pub/sub reconnect, or the holder's lease runs out.
 //
-// Lock returns the first attempt's error at once (Redis unreachable, say);
-// once waiting, it rides out connection errors until ctx ends.
+// Connection errors (a dropped or stalled connection, a restarting Redis) are
+// retried with backoff until ctx ends, so bound ctx (or use WithWaitTimeout)
+// when an unreachable Redis must not block the caller; other Redis errors are
+// returned at once.
 //
 // On success it returns the lock context, derived from ctx, that carries the
 // hold; pass it to Unlock. Without WithLease the watchdog renews the lease until
@@ -133,6 +135,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
 		ok, wait2, err := a.try(ctx, nil)
 		switch {
+		case err != nil && wait && core.Retryable(ctx, err):
+			// A dropped connection is no reason to give up a blocking Lock:
+			// the wait below retries with backoff while ctx lasts.
 		case err != nil:
 			return nil, m.wrap("lock", err)
 		case ok:
@@ -439,7 +444,7 @@ func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
 
 // IsLocked reports whether any owner holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	if err := m.usable(); err != nil {
+	if err := m.usableWith(ctx); err != nil {
 		return false, err
 	}
 	n, err := m.c.RC.Do(ctx, m.c.RC.B().Exists().Key(m.keys.lock).Build()).AsInt64()
@@ -452,7 +457,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 // TTL returns the remaining lease of the lock: 0 when it is not locked, a
 // negative duration when its key has no expiry (it was not set by this library).
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
-	if err := m.usable(); err != nil {
+	if err := m.usableWith(ctx); err != nil {
 		return 0, err
 	}
 	pttl, err := m.c.RC.Do(ctx, m.c.RC.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
@@ -472,7 +477,7 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 // next renewal (its lock context is then cancelled with ErrLeaseLost) or
 // Unlock (ErrNotHeld); it is an administrative tool, not a way to share a lock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := m.usable(); err != nil {
+	if err := m.usableWith(ctx); err != nil {
 		return false, err
 	}
 	ok, err := forceUnlockScript(ctx, m.c, m.keys)
@@ -480,6 +485,14 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, m.wrap("force unlock", err)
 	}
 	return ok, nil
+}
+
+// usableWith is usable for calls that talk to Redis with ctx.
+func (m *Mutex) usableWith(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	return m.usable()
 }
 
 func (m *Mutex) usable() error {

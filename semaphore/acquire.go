@@ -35,7 +35,8 @@ type permit struct {
 // in the queue is given up; the error matches ctx's error when ctx ended,
 // ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
 // ErrExceedsLimit when n is above the limit (at once, or when the limit is
-// lowered below n while waiting), ErrNoLimit when no limit is set.
+// lowered below n while waiting), ErrNoLimit when no limit is set. Connection
+// errors are retried with backoff until ctx ends.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
 	return s.acquire(ctx, n, true, opts)
 }
@@ -79,6 +80,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	// that is not subscribed yet would be lost.
 	ok, _, err := a.try(ctx, nil)
 	switch {
+	case err != nil && wait && core.Retryable(ctx, err):
+		// A dropped connection is no reason to give up a blocking Acquire:
+		// the wait below retries with backoff while ctx lasts.
 	case err != nil:
 		return nil, s.wrap("acquire", err)
 	case ok:

@@ -58,7 +58,7 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		case ok:
 			satisfied = true
 			return nil
-		case err != nil && retryable(ctx, err):
+		case err != nil && Retryable(ctx, err):
 			lastErr = err
 			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
 			retryIn = backoff
@@ -129,11 +129,11 @@ func Transient(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, rueidis.ErrDoCacheAborted)
 }
 
-// retryable tells errors of a call made with ctx worth retrying while ctx
+// Retryable tells errors of a call made with ctx worth retrying while ctx
 // lasts: transient ones, and context errors that are not ctx's own. rueidis
 // fails the commands queued on a connection with the error that closed it,
 // which may be the deadline of another caller's context.
-func retryable(ctx context.Context, err error) bool {
+func Retryable(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil {
 		return false
 	}
@@ -142,12 +142,12 @@ func retryable(ctx context.Context, err error) bool {
 
 // RetryTransient runs op until it succeeds, fails for good, or ctx ends.
 // Errors are retried when transient, or when they are another context's
-// (see retryable); op must be idempotent.
+// (see Retryable); op must be idempotent.
 func RetryTransient(ctx context.Context, op func() error) error {
 	backoff := minRetryBackoff
 	for {
 		err := op()
-		if err == nil || !retryable(ctx, err) {
+		if err == nil || !Retryable(ctx, err) {
 			return err
 		}
 		select {
