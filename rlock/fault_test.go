@@ -539,7 +539,22 @@ func TestFaultRedisRestartWhileWaiting(t *testing.T) {
 	const name, n = "restart", 5
 	// The holder's watchdog renews every ~333ms, so it notices quickly.
 	holder := e.client(rlock.WithWatchdogTimeout(time.Second))
+	// Issue a few hundred tokens first, more than the waiters below can use
+	// up after the restart, so that a counter restarting from zero shows.
+	for range 300 {
+		lc, err := holder.Mutex(name).Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Mutex(name).Unlock(lc); err != nil {
+			t.Fatal(err)
+		}
+	}
 	hold, err := holder.Mutex(name).Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenBefore, err := holder.Mutex(name).Token(hold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,9 +565,8 @@ func TestFaultRedisRestartWhileWaiting(t *testing.T) {
 		ws.start(e.ctx, waiters.Mutex(name))
 	}
 	e.numSubIs(e.channel(name), 1)
-	// Every waiter is past its first attempt and waiting (queued in Redis):
-	// a Lock call whose very first attempt meets the dead connection fails
-	// with the connection error, which is not what this test is about.
+	// Every waiter is past its first attempt and waiting (queued in Redis),
+	// so the restart hits waiters, not Lock calls on their way in.
 	e.queuedIs(n)
 
 	if err := e.srv.Kill(); err != nil {
@@ -578,6 +592,23 @@ func TestFaultRedisRestartWhileWaiting(t *testing.T) {
 	t.Logf("all waiters acquired within %v of the restart", time.Since(restarted).Round(time.Millisecond))
 	if err := holder.Mutex(name).Unlock(hold); !errors.Is(err, rlock.ErrNotHeld) || !errors.Is(err, rlock.ErrLeaseLost) {
 		t.Fatalf("Unlock of the lost hold: %v, want ErrNotHeld and ErrLeaseLost", err)
+	}
+
+	// The restart lost the fencing counter, yet tokens keep rising: a fenced
+	// resource that saw the old holder's token accepts the new holders.
+	after, err := waiters.Mutex(name).Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenAfter, err := waiters.Mutex(name).Token(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokenAfter <= tokenBefore {
+		t.Fatalf("token after the restart %d, want above the token issued before it, %d", tokenAfter, tokenBefore)
+	}
+	if err := waiters.Mutex(name).Unlock(after); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -406,6 +406,12 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 // highest token it has seen and rejects lower ones is safe even against a
 // holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
 // no hold of the lock (a hold that ended still reports its token).
+//
+// Tokens are not consecutive. A lock's counter starts from Redis's clock in
+// microseconds, so that a Redis restarted without persistence, which loses the
+// counter, still issues tokens above those issued before (as long as its clock
+// did not go back); and a holder reserves a few at a time to pass the lock to
+// goroutines of its own Client.
 func (m *Mutex) Token(lockCtx context.Context) (uint64, error) {
 	if m.err != nil {
 		return 0, m.err

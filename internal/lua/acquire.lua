@@ -59,7 +59,7 @@ if wait == -2 then
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
     local block = tonumber(ARGV[8])
-    local last = redis.call('INCRBY', fence, block)
+    local last = mutex_tokens(fence, block)
     return {1, last - block + 1, 1, last}
   end
 else

@@ -22,6 +22,20 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Reserves a block of fencing tokens and returns the last one. A missing
+-- counter (a new lock, or a Redis that restarted without persistence) starts
+-- from the server time in microseconds, so tokens keep rising across such a
+-- restart as long as the server clock does and fewer than a million tokens a
+-- second are issued; resources that fence by token keep accepting writes.
+-- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
+local function mutex_tokens(fence, block)
+  if redis.call('EXISTS', fence) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', fence, t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
+  end
+  return redis.call('INCRBY', fence, block)
+end
+
 local function mutex_entry(owner, lease)
   return owner .. '/' .. lease
 end
@@ -84,8 +98,9 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, mess
     if owner and tonumber(lease) > 0 then
       redis.call('HSET', lock, owner, 1)
       redis.call('PEXPIRE', lock, lease)
-      local last = redis.call('INCRBY', fence, block)
-      redis.call(publish, channel, '@' .. owner .. ' ' .. (last - block + 1) .. ':' .. last)
+      local last = mutex_tokens(fence, block)
+      -- %d: concatenating a number would print 16 digits as 1.7e+15.
+      redis.call(publish, channel, string.format('@%s %d:%d', owner, last - block + 1, last))
       return tonumber(lease)
     end
     -- A malformed entry (not written by this version): dropped, next one.
