@@ -171,7 +171,11 @@ type acquisition struct {
 	// this owner) was sent. A release that hands the lock to this owner runs
 	// after that attempt, so a lease granted by it starts later than queuedAt.
 	queuedAt time.Time
-	queued   bool // an attempt may have queued this owner in Redis
+	// queuedFence is the fencing counter at that attempt: only a hand-off
+	// with higher tokens was sent after it. An older one, read late (the
+	// process was paused, say), granted a lease that may be long gone.
+	queuedFence uint64
+	queued      bool // an attempt may have queued this owner in Redis
 
 	lw   *localWaiter // the wait for a local pass (see cohort.go), if any
 	pass *cohortPass  // the lock passed on by a hold of this Client
@@ -213,7 +217,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	case 0:
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
-			a.queuedAt = a.sentAt
+			a.queuedAt, a.queuedFence = a.sentAt, r.fence
 			// Re-check often enough to keep our place in the queue, which
 			// lapses two watchdog timeouts after the last check. (Behind a
 			// renewed hold the holder's lease bounds it sooner: a blocked
@@ -231,10 +235,12 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // with its fencing token woke w). The lease was granted after queuedAt, which
 // then starts the hold's clock; when that leaves less than half the lease, the
 // caller confirms with a round trip instead (acquire.lua finds the hold and
-// sets its lease again), so a hold never starts nearly expired.
+// sets its lease again), so a hold never starts nearly expired. A hand-off
+// sent before the last attempt (its tokens are not above the fencing counter
+// that attempt saw) is stale, read late, and ignored.
 func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 	first, last, ok := parseGrant(w.TakeData())
-	if !ok || a.queuedAt.IsZero() || time.Since(a.queuedAt) > a.lease/2 {
+	if !ok || a.queuedAt.IsZero() || first <= a.queuedFence || time.Since(a.queuedAt) > a.lease/2 {
 		return false
 	}
 	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}

@@ -15,7 +15,7 @@ func TestParseAcquireReply(t *testing.T) {
 		{[]int64{1, 0, 3, 0}, acquireReply{status: 1, token: 0, count: 3}},
 		{[]int64{0, 1500, 0}, acquireReply{status: 0, wait: 1500}},
 		{[]int64{0, -1, 0}, acquireReply{status: 0, wait: -1}},
-		{[]int64{0, 20, 1}, acquireReply{status: 0, wait: 20}},
+		{[]int64{0, 20, 1795339258522917}, acquireReply{status: 0, wait: 20, fence: 1795339258522917}},
 		{[]int64{-1}, acquireReply{status: -1}},
 		{[]int64{-2}, acquireReply{status: -2}},
 	}
@@ -26,7 +26,7 @@ func TestParseAcquireReply(t *testing.T) {
 		}
 	}
 	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 1}, {1, -3, 1, 1}, {1, 7, 0, 7}, {1, 7, 1, 6},
-		{0, -2, 0}, {0, 5, 2}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1}} {
+		{0, -2, 0}, {0, 5, -1}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1}} {
 		if got, err := parseAcquireReply(in); err == nil {
 			t.Errorf("parseAcquireReply(%v) = %+v, want an error", in, got)
 		}

@@ -31,6 +31,9 @@ type acquireReply struct {
 	last   uint64 // token..last: the fencing tokens reserved for this holder
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+	// fence is the fencing counter when a queued attempt failed: a hand-off
+	// with tokens not above it predates the attempt.
+	fence uint64
 }
 
 func flag(b bool) string {
@@ -50,8 +53,8 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	switch {
 	case r.status == 1 && len(vals) == 4 && vals[1] >= 0 && vals[2] >= 1 && vals[3] >= vals[1]:
 		r.token, r.count, r.last = uint64(vals[1]), vals[2], uint64(vals[3])
-	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && (vals[2] == 0 || vals[2] == 1):
-		r.wait = vals[1]
+	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && vals[2] >= 0:
+		r.wait, r.fence = vals[1], uint64(vals[2])
 	case (r.status == -1 || r.status == -2) && len(vals) == 1:
 	default:
 		return acquireReply{}, fmt.Errorf("rlock: unexpected acquire reply %v", vals)

@@ -27,8 +27,11 @@
 --                      while it was queued, and its lease re-set); token is the
 --                      fencing token (0 on re-entry), count the hold count, and
 --                      token..last the tokens reserved for this holder
---   {0, wait, 0}       not acquired; wait is the holder's remaining lease in
---                      milliseconds (-1 when the key has no expiry)
+--   {0, wait, fence}   not acquired; wait is the holder's remaining lease in
+--                      milliseconds (-1 when the key has no expiry), fence the
+--                      fencing counter now (0 if unset): a hand-off message
+--                      whose tokens are not above it was sent before this call
+--                      and is stale
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
@@ -74,4 +77,4 @@ end
 if ARGV[4] == '1' then
   mutex_enqueue(queue, waiters, KEYS[6], entry, ARGV[5])
 end
-return {0, wait, 0}
+return {0, wait, tonumber(redis.call('GET', fence) or '0')}
