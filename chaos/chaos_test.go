@@ -109,8 +109,8 @@ Columns: *faults injected* counts connection kills, restarts, SIGSTOPs, proxy
 stalls and cuts, Redis stalls and dropped pub/sub messages. *Accepted writes*
 are fenced read-modify-writes the resource accepted (semaphore: critical
 sections run). *Rejected stale writes* are fenced reads or writes the resource
-refused because a higher token had been seen; in redis-restart they are the
-repeated tokens after the restart reset the fencing counter. *Leases lost*
+refused because a higher token had been seen (a restart loses the counter,
+which then starts again from the server clock, above the old tokens). *Leases lost*
 are holds whose context ended with ErrLeaseLost. *Overlaps (excused)* are
 entries into the critical section beyond the limit (1 for a Mutex) as the
 workload saw them without fencing, each with a holder inside whose lease was

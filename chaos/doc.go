@@ -11,7 +11,8 @@
 //
 //	make chaos
 //
-// which prints a table of the figures (see RESULTS.md and GUARANTEES.md).
+// which prints a table of the figures (see RESULTS.md, and the Guarantees
+// section of README.md for what they mean).
 // The test binary re-executes itself as a worker process when the
 // environment variable RELOCK_CHAOS_WORKER holds a worker configuration.
 package chaos
