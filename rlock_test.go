@@ -772,11 +772,13 @@ func TestLockCancellation(t *testing.T) {
 		t.Fatalf("test context ended")
 	}
 
-	// The holder releases: neither failed waiter takes the lock.
+	// The holder releases: neither failed waiter keeps the lock. (A waiter
+	// gives up its place in the background; if the release handed it the
+	// lock first, giving up passes the lock on.)
 	mustUnlock(t, holder, hl)
-	if isLocked(t, holder, e.ctx) {
-		t.Errorf("locked after the holder's Unlock: %v", e.hgetall(e.lockKey(name)))
-	}
+	waitFor(t, 3*time.Second, "lock free after the holder's Unlock with only failed waiters behind it", func() bool {
+		return !isLocked(t, holder, e.ctx)
+	})
 	tl := mustLock(t, third, e.ctx, rlock.WithWaitTimeout(2*time.Second))
 	if h := e.hgetall(e.lockKey(name)); len(h) != 1 {
 		t.Errorf("lock hash = %v, want only the third Client's hold", h)
