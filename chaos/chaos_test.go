@@ -245,10 +245,9 @@ func injectRestart(r *run, full bool) {
 	}
 }
 
-// injectHolderPause freezes a worker process (SIGSTOP) that has just entered
-// a long critical section, for 2.5 leases, then lets it go on (SIGCONT): its
-// lease runs out meanwhile and another worker takes the lock.
-func injectHolderPause(r *run, full bool) {
+// onLongHolds calls fault for each of the first 2 (full: 10) workers seen
+// entering a long critical section, one at a time, with its count so far.
+func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 	limit := 2
 	if full {
 		limit = 10
@@ -258,18 +257,26 @@ func injectHolderPause(r *run, full bool) {
 		case <-r.ctx.Done():
 			return
 		case ev := <-r.entered:
-			if !ev.Long {
-				continue
+			if ev.Long {
+				fault(ev, n)
+				n++
 			}
-			start := mono()
-			r.signal(ev.Worker, syscall.SIGSTOP)
-			r.target(ev.Owner, "paused", start)
-			time.Sleep(5 * watchdog / 2) // the pause
-			r.signal(ev.Worker, syscall.SIGCONT)
-			r.fault("sigstop holder", start)
-			n++
 		}
 	}
+}
+
+// injectHolderPause freezes a worker process (SIGSTOP) that has just entered
+// a long critical section, for 2.5 leases, then lets it go on (SIGCONT): its
+// lease runs out meanwhile and another worker takes the lock.
+func injectHolderPause(r *run, full bool) {
+	onLongHolds(r, full, func(ev event, _ int) {
+		start := mono()
+		r.signal(ev.Worker, syscall.SIGSTOP)
+		r.target(ev.Owner, "paused", start)
+		time.Sleep(5 * watchdog / 2) // the pause
+		r.signal(ev.Worker, syscall.SIGCONT)
+		r.fault("sigstop holder", start)
+	})
 }
 
 // injectWatchdogCut cuts a worker that has just entered a long critical
@@ -278,36 +285,23 @@ func injectHolderPause(r *run, full bool) {
 // Its watchdog cannot renew, so the lease runs out; the critical section goes
 // on past it and then tries its (stale) write.
 func injectWatchdogCut(r *run, full bool) {
-	limit := 2
-	if full {
-		limit = 10
-	}
-	for n := 0; n < limit; {
-		select {
-		case <-r.ctx.Done():
-			return
-		case ev := <-r.entered:
-			if !ev.Long {
-				continue
-			}
-			p := r.proxies[ev.Worker]
-			start := mono()
-			kind := "proxy stall"
-			if n%2 == 0 {
-				p.Stall()
-			} else {
-				kind = "proxy cut"
-				p.Block(true)
-				p.Cut()
-			}
-			r.target(ev.Owner, kind, start)
-			time.Sleep(8 * watchdog / 5) // the partition
-			p.Resume()
-			p.Block(false)
-			r.fault(kind, start)
-			n++
+	onLongHolds(r, full, func(ev event, n int) {
+		p := r.proxies[ev.Worker]
+		start := mono()
+		kind := "proxy stall"
+		if n%2 == 0 {
+			p.Stall()
+		} else {
+			kind = "proxy cut"
+			p.Block(true)
+			p.Cut()
 		}
-	}
+		r.target(ev.Owner, kind, start)
+		time.Sleep(8 * watchdog / 5) // the partition
+		p.Resume()
+		p.Block(false)
+		r.fault(kind, start)
+	})
 }
 
 // injectRedisStall stalls the whole lock server in turn with CLIENT PAUSE,
