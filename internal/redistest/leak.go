@@ -35,7 +35,17 @@ var defaultIgnored = []string{
 // contains one of the ignore substrings (or of a small built-in list) are
 // not counted.
 func VerifyNoLeaks(m *testing.M, ignore ...string) {
+	VerifyNoLeaksAfter(m, nil, ignore...)
+}
+
+// VerifyNoLeaksAfter is VerifyNoLeaks with a cleanup run between the tests and
+// the checks: it stops what the tests share and cannot stop themselves (the
+// server of the Example functions, say), so that it is not reported.
+func VerifyNoLeaksAfter(m *testing.M, cleanup func(), ignore ...string) {
 	code := m.Run()
+	if cleanup != nil {
+		cleanup()
+	}
 	// Close forgotten servers first: their reaper goroutines would
 	// otherwise be reported as leaks too.
 	for _, s := range liveServers() {
