@@ -24,13 +24,7 @@ func TestHandoffInRelease(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "handoff"
 	holder, waiter := e.client(), e.client()
-	for _, c := range []*rlock.Client{holder, waiter} { // load the scripts, connect
-		lc, err := c.Mutex("warm-up").Lock(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustUnlockFT(t, c.Mutex("warm-up"), lc)
-	}
+	e.warmUp(holder, waiter)
 	hold, err := holder.Mutex(name).Lock(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -190,13 +184,7 @@ func TestCohortPassesLocally(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "cohort"
 	x, y := e.client(), e.client()
-	for _, c := range []*rlock.Client{x, y} { // load the scripts, connect
-		lc, err := c.Mutex("warm-up").Lock(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustUnlockFT(t, c.Mutex("warm-up"), lc)
-	}
+	e.warmUp(x, y)
 	var (
 		wg       sync.WaitGroup
 		inside   atomic.Int32
@@ -328,5 +316,18 @@ func TestCohortLocalWaitersTimeoutAndClose(t *testing.T) {
 	}
 	if cause := context.Cause(la); !errors.Is(cause, rlock.ErrLeaseLost) || !errors.Is(cause, rlock.ErrClosed) {
 		t.Errorf("holder's lock context after Close: %v, want ErrLeaseLost and ErrClosed", cause)
+	}
+}
+
+// warmUp takes and releases a lock once with each Client, so that the scripts
+// are loaded and the connections open before anything is measured.
+func (e *ftEnv) warmUp(clients ...*rlock.Client) {
+	e.t.Helper()
+	for _, c := range clients {
+		lc, err := c.Mutex("warm-up").Lock(e.ctx)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		mustUnlockFT(e.t, c.Mutex("warm-up"), lc)
 	}
 }
