@@ -25,6 +25,7 @@ type Job struct {
 	FirstG     int           `json:"first_g"`    // global number of its first goroutine
 	Locks      int           `json:"locks"`      // goroutine g uses lock g % Locks
 	Hold       time.Duration `json:"hold"`       // critical section, besides the counter update
+	Counters   string        `json:"counters"`   // the shared counter file (see shared.go)
 	Duration   time.Duration `json:"duration"`   // no Lock call starts after it
 	Wait       time.Duration `json:"wait"`       // bound of every Lock call
 	StuckAfter time.Duration `json:"stuck_after"`
@@ -85,7 +86,8 @@ type load struct {
 	c       Contender
 	reqs    *measure.Requests
 	clients []LockClient
-	raw     rueidis.Client // counter updates and probes; not counted
+	raw     rueidis.Client // probes; not counted
+	ctrs    *sharedCounters
 
 	// Monitor state, per goroutine and per lock.
 	waiting  []atomic.Int32 // 1 while in Lock, 2 once the monitor ended the wait
@@ -106,8 +108,12 @@ func openLoad(ctx context.Context, job Job) (*load, error) {
 	}
 	l := &load{job: job, c: c, reqs: new(measure.Requests), probes: map[string]int64{}}
 	var err error
+	if l.ctrs, err = mapCounterFile(job.Counters, job.Locks); err != nil {
+		return nil, err
+	}
 	l.raw, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{job.Addr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
+		l.ctrs.close()
 		return nil, err
 	}
 	for range job.Clients {
@@ -125,12 +131,13 @@ func (l *load) close() {
 	for _, c := range l.clients {
 		_ = c.Close()
 	}
-	l.raw.Close()
+	if l.raw != nil {
+		l.raw.Close()
+	}
+	l.ctrs.close()
 }
 
 func lockName(i int) string { return "L" + strconv.Itoa(i) }
-
-func counterKey(prefix string, lock int) string { return prefix + ":ctr:" + strconv.Itoa(lock) }
 
 // run starts the goroutines, stops starting Lock calls after the job's
 // duration, and returns once every goroutine is done: the waits still open at
@@ -169,7 +176,6 @@ func (l *load) goroutine(ctx context.Context, i int) {
 	lock := g % j.Locks
 	name := lockName(lock)
 	client := l.clients[i%len(l.clients)]
-	counter := counterKey(j.Prefix, lock)
 	var recs []Record
 	var unfinished []Unfinished
 	defer func() {
@@ -209,12 +215,7 @@ func (l *load) goroutine(ctx context.Context, i int) {
 			return
 		}
 		l.progress[lock].Store(acq)
-		inc := int64(0)
-		if err := increment(l.raw, counter); err != nil {
-			l.noteError(err)
-		} else {
-			inc = 1
-		}
+		l.ctrs.increment(lock)
 		if j.Hold > 0 {
 			time.Sleep(j.Hold) // the critical section: this is the workload
 		}
@@ -222,7 +223,7 @@ func (l *load) goroutine(ctx context.Context, i int) {
 		l.unlock(held)
 		end := mono()
 		cancel()
-		recs = append(recs, Record{int64(g), int64(lock), start, acq, rel, end, inc})
+		recs = append(recs, Record{int64(g), int64(lock), start, acq, rel, end, 1})
 	}
 }
 
@@ -240,24 +241,6 @@ func (l *load) noteError(err error) {
 		l.res.ErrorSample = err.Error()
 		l.mu.Unlock()
 	}
-}
-
-// increment is a deliberately non-atomic counter++ (GET, then SET): it loses
-// updates unless the lock really excludes everybody else.
-func increment(rc rueidis.Client, key string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, err := rc.Do(ctx, rc.B().Get().Key(key).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		v, err = 0, nil
-	}
-	if err != nil {
-		return fmt.Errorf("counter GET: %w", err)
-	}
-	if err := rc.Do(ctx, rc.B().Set().Key(key).Value(strconv.FormatInt(v+1, 10)).Build()).Error(); err != nil {
-		return fmt.Errorf("counter SET: %w", err)
-	}
-	return nil
 }
 
 // monitorTick is how often the monitor looks at the waits left after the
@@ -361,8 +344,6 @@ func (l *load) probe(locks map[int][]int) map[int]lockState {
 			cmds = append(cmds, l.raw.B().Exists().Key(k).Build())
 			l.probes["exists"]++
 		}
-		cmds = append(cmds, l.raw.B().Get().Key(counterKey(l.job.Prefix, lock)).Build())
-		l.probes["get"]++
 	}
 	states := map[int]lockState{}
 	if len(cmds) == 0 {
@@ -384,12 +365,7 @@ func (l *load) probe(locks map[int][]int) map[int]lockState {
 			exist += int(n)
 		}
 		st.free = exist < it.quorum
-		n, err := resps[k].AsInt64()
-		k++
-		if err != nil && !rueidis.IsRedisNil(err) {
-			st.ok = false
-		}
-		st.counter = n
+		st.counter = l.ctrs.load(it.lock)
 		states[it.lock] = st
 	}
 	return states

@@ -53,10 +53,12 @@ var figures = map[string]string{
 	"wait_p50_ms/p99/max":      "Lock call to Lock return, over all acquisitions (max also counts waits that never finished)",
 	"handoff_p50_ms/p99":       "Unlock called by one holder to Lock returned in the next holder of the same lock, counted when the next holder was already waiting when the release began (CLOCK_MONOTONIC, comparable across the worker processes)",
 	"requests_per_acq":         "client side: commands the contender's clients sent (a script call is one request; pub/sub SUBSCRIBE/UNSUBSCRIBE count; connection handshakes do not), per acquisition",
-	"redis_commands_per_acq":   "server side: INFO commandstats delta per acquisition; Redis counts a script call once plus once per command the script runs; the counter's GET+SET, the bench's INFO and its stuck-waiter probes are left out",
-	"redis_cpu_ms_per_1k_acq":  "INFO used_cpu_user+used_cpu_sys delta per 1,000 acquisitions (includes the counter GET+SET, the same for every contender)",
+	"redis_commands_per_acq":   "server side: INFO commandstats delta per acquisition; Redis counts a script call once plus once per command the script runs; the bench's INFO and its stuck-waiter probes are left out",
+	"redis_cpu_ms_per_1k_acq":  "INFO used_cpu_user+used_cpu_sys delta per 1,000 acquisitions",
+	"hold_mean_ms":             "mean time a holder kept the lock (Lock returned to Unlock called): the critical section as it ran, sleep overshoot included",
+	"utilization":              "share of the run the lock(s) were held (acquisitions in the window): throughput as a fraction of the ideal, one hold after another with nothing between",
 	"fairness_jain":            "Jain's index over per-goroutine acquisition counts within the run: 1 = all equal, 1/n = one goroutine got everything",
-	"counter_lost_updates":     "each critical section does GET+SET on a counter; any difference between the acquisitions and the counter is a lost update (two holders at once)",
+	"counter_lost_updates":     "each critical section increments a counter in memory shared by the worker processes (a load, then a store); any difference between the acquisitions and the counter is a lost update (two holders at once)",
 	"overlapping_holds":        "acquisitions whose timestamp precedes the previous holder's Unlock call on the same lock",
 	"stuck_waiters":            "after the run, goroutines still inside Lock while their lock stayed free (and untaken) for -stuck-after; the bench ends those waits",
 	"waits_cut_at_drain_limit": "after the run, waits still open at -drain-limit although the lock kept changing hands (slow retries, not stuck); ended by the bench",
@@ -135,7 +137,7 @@ func (r *Report) printTable(w io.Writer) {
 			fmtMs(medianOf(p50s)), fmtMs(medianOf(p99s)))
 	}
 	fmt.Fprintln(w, "Medians over the rounds; req = requests sent by the clients, cmd = commands Redis ran (Lua's inner commands count), cpu = Redis CPU ms per 1,000 acquisitions.")
-	head := []string{"contender", "acq/s", "wait p50", "p99", "max", "handoff p50", "p99", "req/acq", "cmd/acq", "cpu/1k", "jain", "correctness"}
+	head := []string{"contender", "acq/s", "util", "wait p50", "p99", "max", "handoff p50", "p99", "req/acq", "cmd/acq", "cpu/1k", "jain", "correctness"}
 	for _, p := range r.Points {
 		fmt.Fprintf(w, "\n%s  (%d process(es), %d client(s), %d goroutines, %d lock(s))\n", p.Label, p.Workers, p.Clients(), p.Goroutines, p.Locks)
 		rows := [][]string{head}
@@ -147,6 +149,7 @@ func (r *Report) printTable(w io.Writer) {
 			rows = append(rows, []string{
 				r.name(s.Contender),
 				fmt.Sprintf("%.0f", s.PerSecond),
+				fmt.Sprintf("%.0f%%", 100*s.Utilization),
 				fmtMs(s.WaitP50), fmtMs(s.WaitP99), fmtMs(s.WaitMax),
 				handoff50, handoff99,
 				fmt.Sprintf("%.1f", s.RequestsPerAcq),

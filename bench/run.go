@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,6 +110,11 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 		b.pool.discard(ws) // their state is unknown: start afresh next time
 		return Result{}, fmt.Errorf("%s at %s: %w", c.Slug, pt.Label, err)
 	}
+	counterFile, err := newCounterFile(pt.Locks)
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(counterFile)
 	perWorker := pt.Goroutines / pt.Workers
 	duration := b.cfg.duration
 	if pt.Duration > 0 {
@@ -125,6 +131,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 			FirstG:     i * perWorker,
 			Locks:      pt.Locks,
 			Hold:       pt.Hold,
+			Counters:   counterFile,
 			Duration:   duration,
 			Wait:       b.cfg.wait,
 			StuckAfter: b.cfg.stuckAfter,
@@ -168,7 +175,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 	if err := recvAll(ctx, ws, "closed", time.Minute); err != nil {
 		return fail(err)
 	}
-	counters, err := b.counters(ctx, prefix, pt.Locks)
+	counters, err := readCounterFile(counterFile, pt.Locks)
 	if err != nil {
 		return fail(err)
 	}
@@ -205,33 +212,6 @@ func recvEach(ctx context.Context, ws []*workerProc, want string, timeout time.D
 		}
 	}
 	return nil
-}
-
-// counters reads the shared counters of a run (missing ones are 0).
-func (b *bench) counters(ctx context.Context, prefix string, locks int) (map[int]int64, error) {
-	out := map[int]int64{}
-	const batch = 500
-	for from := 0; from < locks; from += batch {
-		keys := make([]string, 0, batch)
-		for i := from; i < min(from+batch, locks); i++ {
-			keys = append(keys, counterKey(prefix, i))
-		}
-		vals, err := b.raw.Do(ctx, b.raw.B().Mget().Key(keys...).Build()).ToArray()
-		if err != nil {
-			return nil, fmt.Errorf("read counters: %w", err)
-		}
-		for i, v := range vals {
-			n, err := v.AsInt64()
-			if rueidis.IsRedisNil(err) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read counter %s: %w", keys[i], err)
-			}
-			out[from+i] = n
-		}
-	}
-	return out, nil
 }
 
 // pingFloor measures n sequential PING round trips on the raw client: the

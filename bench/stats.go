@@ -38,14 +38,20 @@ type Result struct {
 	HandoffP50   float64 `json:"handoff_p50_ms"`
 	HandoffP99   float64 `json:"handoff_p99_ms"`
 	HandoffN     int     `json:"handoff_samples"`
-	Jain         float64 `json:"fairness_jain"`
-	Starved      int     `json:"goroutines_never_served"`
+	// HoldMean is the mean time a holder kept the lock (Lock returned to
+	// Unlock called): the critical section as it ran. Utilization is the
+	// share of the run's time the locks were held, summed over the
+	// acquisitions in the window: acquisitions/s as a fraction of the ideal,
+	// one hold after another with nothing between (Locks / HoldMean per s).
+	HoldMean    float64 `json:"hold_mean_ms"`
+	Utilization float64 `json:"utilization"`
+	Jain        float64 `json:"fairness_jain"`
+	Starved     int     `json:"goroutines_never_served"`
 
 	// Client side: commands the contender's clients sent, per acquisition.
 	RequestsPerAcq float64          `json:"requests_per_acq"`
 	Requests       map[string]int64 `json:"requests,omitempty"`
-	// Server side: INFO commandstats delta, less the counter's GET and SET,
-	// the bench's INFO and probes; commands run by Lua scripts count one each,
+	// Server side: INFO commandstats delta, less the bench's INFO and probes; commands run by Lua scripts count one each,
 	// as does the script call.
 	CommandsPerAcq float64          `json:"redis_commands_per_acq"`
 	Commands       map[string]int64 `json:"redis_commands,omitempty"`
@@ -110,6 +116,22 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	if duration > 0 {
 		r.PerSecond = float64(r.InWindow) / time.Duration(duration).Seconds()
 	}
+	var held, heldInWindow int64
+	for _, w := range ws {
+		for _, rec := range w.Records {
+			h := rec[recRel] - rec[recAcq]
+			held += h
+			if rec[recAcq] <= w.Deadline {
+				heldInWindow += min(h, w.Deadline-rec[recAcq])
+			}
+		}
+	}
+	if len(recs) > 0 {
+		r.HoldMean = ms(held / int64(len(recs)))
+	}
+	if duration > 0 && pt.Locks > 0 {
+		r.Utilization = float64(heldInWindow) / float64(duration) / float64(pt.Locks)
+	}
 
 	waits := make([]int64, len(recs))
 	for i, rec := range recs {
@@ -166,10 +188,6 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		reqs += n
 	}
 	r.Commands = map[string]int64{}
-	var incs int64
-	for _, n := range expected {
-		incs += n
-	}
 	probes := map[string]int64{}
 	for _, w := range ws {
 		for name, n := range w.Probes {
@@ -182,8 +200,6 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		switch name {
 		case "info": // the bench's own snapshots
 			continue
-		case "get", "set": // the counter update inside the lock
-			n -= incs
 		}
 		if n > 0 {
 			r.Commands[name] = n
@@ -232,6 +248,8 @@ func median(rs []Result) Result {
 	m.InWindow = int64(med(func(r Result) float64 { return float64(r.InWindow) }))
 	m.PerSecond = med(func(r Result) float64 { return r.PerSecond })
 	m.WaitP50 = med(func(r Result) float64 { return r.WaitP50 })
+	m.HoldMean = med(func(r Result) float64 { return r.HoldMean })
+	m.Utilization = med(func(r Result) float64 { return r.Utilization })
 	m.WaitP99 = med(func(r Result) float64 { return r.WaitP99 })
 	m.WaitMax = med(func(r Result) float64 { return r.WaitMax })
 	m.HandoffP50 = med(func(r Result) float64 { return r.HandoffP50 })

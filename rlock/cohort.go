@@ -9,22 +9,25 @@ import (
 	"github.com/relockio/relock/pubsub"
 )
 
-// Lock cohorting: a goroutine that holds a lock and unlocks it while other
-// goroutines of the same Client wait for it passes the lock to the oldest of
-// them without releasing it in Redis. The new holder takes over the owner
-// field (and with it the lease and the watchdog's renewals) and the next of a
-// block of fencing tokens that the Redis acquisition reserved, so tokens still
-// rise strictly from holder to holder, across processes too. A hand-off costs
-// no round trip at all.
+// Lock cohorting: the goroutines of one Client that wait for a lock queue in
+// Redis as one. The oldest of them, the leader, waits there for the Client;
+// the others wait in the Client, in arrival order. A goroutine that holds the
+// lock and unlocks it while others of its Client wait passes the lock to the
+// oldest of them without releasing it in Redis: the new holder takes over the
+// owner field (and with it the lease and the watchdog's renewals) and the next
+// of a block of fencing tokens that the Redis acquisition reserved, so tokens
+// still rise strictly from holder to holder, across processes too. A local
+// hand-off costs no round trip at all.
 //
 // Fairness across processes is kept by a budget: at most cohortPasses local
 // hand-offs (within cohortSpan of the Redis acquisition, a cap for long
-// critical sections; a tighter time budget starved cohorting under load,
-// when a round trip takes milliseconds); then the lock is
-// released in Redis, which hands it to the head of the Redis queue. Local
-// waiters are served in their arrival order; those that arrived while the
-// lock was held locally wait without queueing in Redis, and queue there
-// (behind everyone already queued) if the budget runs out before their turn.
+// critical sections). Then the holder releases the lock in Redis, which hands
+// it to the head of the Redis queue, and in the same script queues the oldest
+// local waiter at the tail, as the Client's next leader: each Client with
+// waiters gets one turn of up to cohortPasses+1 holds in Redis's arrival
+// order. When no one else is queued in Redis, the same script keeps the lock
+// for the Client and reserves new tokens instead, so an uncontested Client
+// pays one script per cohortPasses+1 holds.
 //
 // Only holds with the watchdog's lease take part: a WithLease hold keeps its
 // own fixed lease, which a hand-off could not honour.
@@ -45,6 +48,10 @@ type cohorts struct {
 }
 
 // cohort is one lock's state in one Client. Guarded by cohorts.mu.
+//
+// Liveness rests on one invariant, restored by settle after every change:
+// while goroutines wait, the Client either holds the lock (and passes it on
+// or names a successor when it releases it) or has a leader waiting in Redis.
 type cohort struct {
 	refs    int  // waiters joined, plus one while held
 	held    bool // a hold of this Client owns the lock and may pass it on
@@ -54,14 +61,20 @@ type cohort struct {
 	passes  int
 	until   time.Time
 	waiters []*localWaiter // arrival order
+	leader  *localWaiter   // waits in Redis for the Client, or is about to
 }
 
 // localWaiter is one waiting Lock call, as the cohort sees it.
 type localWaiter struct {
-	ready  chan struct{} // closed when passed the lock or told to queue in Redis
+	ready  chan struct{} // closed when passed the lock or made the leader
 	closed bool
 	w      *pubsub.Waiter // its Redis-side wait, if it has one
 	pass   *cohortPass
+	// successor marks a leader chosen by a releasing holder, which is
+	// queueing it in Redis (or keeping the lock for it); promo is what the
+	// holder did for it then.
+	successor bool
+	promo     *promotion
 }
 
 // cohortPass is a lock passed on locally: what the new hold takes over.
@@ -70,6 +83,19 @@ type cohortPass struct {
 	token uint64
 	lease time.Duration
 	until time.Time
+}
+
+// promotion is a place in the Redis queue taken for a local waiter by the
+// release that ended its Client's turn: the owner id it is queued under, a
+// Waiter subscribed and tagged with it (so that the hand-off message cannot
+// be missed), and what the attempt-based wait needs to know (see acquisition).
+type promotion struct {
+	w        *pubsub.Waiter
+	owner    string
+	queuedAt time.Time
+	fence    uint64
+	retryIn  time.Duration
+	check    bool // ask Redis at once: the release handed the lock to no one
 }
 
 func (lw *localWaiter) wake() {
@@ -84,6 +110,15 @@ func (lw *localWaiter) wake() {
 
 func (co *cohort) canPass(now time.Time) bool {
 	return co.held && co.passes > 0 && co.next <= co.last && now.Before(co.until)
+}
+
+// settle makes the oldest waiter the leader when the Client neither holds
+// the lock nor has one; it wakes up to queue in Redis.
+func (co *cohort) settle() {
+	if !co.held && co.leader == nil && len(co.waiters) > 0 {
+		co.leader = co.waiters[0]
+		co.leader.wake()
+	}
 }
 
 func (t *cohorts) get(name string) *cohort {
@@ -108,27 +143,34 @@ func (t *cohorts) active(name string) bool {
 	return t.m[name] != nil
 }
 
-// join registers a waiting Lock call. localOnly reports that a hold of this
-// Client can pass the lock on now: the caller waits for lw.ready alone, and
-// queues in Redis only if it is woken without a pass.
-func (t *cohorts) join(name string) (lw *localWaiter, localOnly bool) {
+// join registers a waiting Lock call. lead reports that it is the Client's
+// leader and queues in Redis; otherwise it waits for lw.ready: a pass, or
+// being made the leader (with a promotion, or to queue by itself).
+func (t *cohorts) join(name string) (lw *localWaiter, lead bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.get(name)
 	co.refs++
 	lw = &localWaiter{ready: make(chan struct{})}
 	co.waiters = append(co.waiters, lw)
-	return lw, co.canPass(time.Now())
+	if !co.held && co.leader == nil {
+		co.leader = lw
+		lw.closed = true
+		close(lw.ready)
+		return lw, true
+	}
+	return lw, false
 }
 
-// leave ends a waiting Lock call and returns the lock if it was passed to the
-// call but not taken: the caller must pass it on (see Mutex.handOn).
-func (t *cohorts) leave(name string, lw *localWaiter) *cohortPass {
+// leave ends a waiting Lock call. It returns the lock if it was passed to the
+// call but not taken, which the caller must pass on (see Mutex.handOn), and a
+// promotion not taken up, whose place in Redis the caller must give up.
+func (t *cohorts) leave(name string, lw *localWaiter) (*cohortPass, *promotion) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.m[name]
 	if co == nil {
-		return nil // cannot happen: joined waiters keep it
+		return nil, nil // cannot happen: joined waiters keep it
 	}
 	for i, x := range co.waiters {
 		if x == lw {
@@ -136,11 +178,16 @@ func (t *cohorts) leave(name string, lw *localWaiter) *cohortPass {
 			break
 		}
 	}
-	p := lw.pass
-	lw.pass = nil
+	if co.leader == lw {
+		co.leader = nil
+	}
+	lw.successor = false
+	p, promo := lw.pass, lw.promo
+	lw.pass, lw.promo = nil, nil
 	co.refs--
+	co.settle()
 	t.put(name, co)
-	return p
+	return p, promo
 }
 
 // take returns the lock passed to lw, if any, and records w, the Redis-side
@@ -156,14 +203,27 @@ func (t *cohorts) take(lw *localWaiter, w *pubsub.Waiter) *cohortPass {
 	return p
 }
 
-// form records h, just acquired in Redis with tokens token..last, as the
-// Client's holder of the lock, free to pass it on while the budget lasts.
-func (t *cohorts) form(name string, h *core.Hold, last uint64) {
+// takePromotion returns the place queued for lw by a release, if any.
+func (t *cohorts) takePromotion(lw *localWaiter) *promotion {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := lw.promo
+	lw.promo = nil
+	return p
+}
+
+// form records h, just acquired in Redis with tokens token..last by the Lock
+// call of lw (nil if it had none), as the Client's holder of the lock, free to
+// pass it on while the budget lasts.
+func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.get(name)
 	if !co.held {
 		co.refs++
+	}
+	if lw != nil && co.leader == lw {
+		co.leader = nil
 	}
 	co.held, co.hold = true, h
 	co.next, co.last = h.Token+1, last
@@ -207,6 +267,9 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	}
 	lw := co.waiters[0]
 	co.waiters = co.waiters[1:]
+	if co.leader == lw {
+		co.leader = nil
+	}
 	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until}
 	co.next++
 	co.passes--
@@ -215,23 +278,86 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	return true
 }
 
-// dissolve ends local passing of the lock held by h (its final release is
-// under way, or it ended otherwise) and sends the waiters that were waiting
-// for a local pass to queue in Redis.
-func (t *cohorts) dissolve(name string, h *core.Hold) {
+// successor picks the oldest local waiter as the Client's next leader when h,
+// which is releasing the lock in Redis, can name it there (see release.lua);
+// nil when none waits (or one already waits in Redis).
+func (t *cohorts) successor(name string, h *core.Hold) *localWaiter {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.m[name]
+	if co == nil || !co.held || co.hold != h || co.leader != nil || len(co.waiters) == 0 {
+		return nil
+	}
+	lw := co.waiters[0]
+	co.leader, lw.successor = lw, true
+	return lw
+}
+
+// promote hands lw the place the release of h queued for it and ends h's
+// cohort. It reports false when lw is no longer the successor (it left, or the
+// hold ended meanwhile and it queues by itself): the caller gives the place up.
+func (t *cohorts) promote(name string, h *core.Hold, lw *localWaiter, p *promotion) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[name]
+	if co == nil {
+		return false
+	}
+	ok := lw.successor && co.leader == lw
+	if ok {
+		lw.successor, lw.promo = false, p
+		lw.wake()
+	}
+	t.dissolveLocked(name, co, h)
+	return ok
+}
+
+// keep renews h's cohort after the release script kept the lock for it (no
+// one else was queued) with tokens first..last, and ends the successor's
+// election: the lock is passed on locally instead. It reports false when h's
+// cohort ended meanwhile.
+func (t *cohorts) keep(name string, h *core.Hold, lw *localWaiter, first, last uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[name]
+	if lw != nil && lw.successor {
+		lw.successor = false
+		if co != nil && co.leader == lw {
+			co.leader = nil
+		}
+	}
 	if co == nil || !co.held || co.hold != h {
+		if co != nil {
+			co.settle()
+		}
+		return false
+	}
+	co.next, co.last = first, last
+	co.passes, co.until = cohortPasses, time.Now().Add(cohortSpan)
+	return true
+}
+
+// dissolve ends local passing of the lock held by h (its final release is
+// under way, or it ended otherwise); a successor being elected is dropped and
+// the oldest waiter queues in Redis by itself.
+func (t *cohorts) dissolve(name string, h *core.Hold) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if co := t.m[name]; co != nil {
+		t.dissolveLocked(name, co, h)
+	}
+}
+
+func (t *cohorts) dissolveLocked(name string, co *cohort, h *core.Hold) {
+	if !co.held || co.hold != h {
 		return
 	}
 	co.held, co.hold = false, nil
 	co.refs--
-	for _, lw := range co.waiters {
-		if !lw.closed {
-			lw.closed = true
-			close(lw.ready)
-		}
+	if l := co.leader; l != nil && l.successor {
+		l.successor = false
+		co.leader = nil
 	}
+	co.settle()
 	t.put(name, co)
 }

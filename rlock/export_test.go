@@ -24,5 +24,18 @@ func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id st
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	return releaseScript(ctx, m.c, m.keys, h.Owner, id, lease)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner, id, lease, "")
+	return r.left, err
+}
+
+// WaitingInClient returns how many Lock calls of c wait for the lock name as
+// its cohort (see cohort.go): the leader queued in Redis and those waiting
+// in c behind it.
+func WaitingInClient(c *Client, name string) int {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	if co := c.t.m[name]; co != nil {
+		return len(co.waiters)
+	}
+	return 0
 }

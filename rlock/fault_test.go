@@ -565,9 +565,13 @@ func TestFaultRedisRestartWhileWaiting(t *testing.T) {
 		ws.start(e.ctx, waiters.Mutex(name))
 	}
 	e.numSubIs(e.channel(name), 1)
-	// Every waiter is past its first attempt and waiting (queued in Redis),
-	// so the restart hits waiters, not Lock calls on their way in.
-	e.queuedIs(n)
+	// Every waiter is past its first attempt and waiting (the Client's
+	// leader queued in Redis, the others in the Client behind it), so the
+	// restart hits waiters, not Lock calls on their way in.
+	e.queuedIs(1)
+	e.eventually(ftPatience, fmt.Sprintf("%d waiters in the Client", n), func() bool {
+		return rlock.WaitingInClient(waiters, name) == n
+	})
 
 	if err := e.srv.Kill(); err != nil {
 		t.Fatal(err)

@@ -116,7 +116,10 @@ func TestHandoffCancelledWaitersNeverStall(t *testing.T) {
 		last     uint64
 		badToken []uint64
 	)
-	for i := range 6 {
+	// Four goroutines per Client: cohorts form, and waiters give up while
+	// waiting behind a local holder, while queued for their Client, and just
+	// as a release names them their Client's successor.
+	for i := range 12 {
 		c := clients[i%len(clients)]
 		wg.Go(func() {
 			m := c.Mutex(name)
@@ -259,6 +262,146 @@ func TestCohortPassesLocally(t *testing.T) {
 	}
 	if maxWaitY > 5*time.Second {
 		t.Errorf("the other Client's waiter waited %v: starved", maxWaitY)
+	}
+}
+
+// A Client's goroutines queue in Redis as one: at no time is more than one
+// owner of a Client queued, Clients take turns in arrival order (every
+// goroutine is served, none waits for long), holders never overlap, and a
+// turn of several holds costs one release script.
+func TestCohortOneQueueEntryPerClient(t *testing.T) {
+	e := ftNewEnv(t)
+	const name, perClient, rounds = "turns", 6, 15
+	clients := []*rlock.Client{e.client(), e.client(), e.client()}
+	e.warmUp(clients...)
+	var (
+		wg, sampler sync.WaitGroup
+		inside      atomic.Int32
+		overlap     atomic.Int32
+		mu          sync.Mutex
+		maxWait     time.Duration
+		maxQueued   int
+		samples     int
+	)
+	stop := make(chan struct{})
+	sampler.Go(func() {
+		queue := e.lockKey(name) + ":queue"
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			entries, err := e.raw.Do(e.ctx, e.raw.B().Zrange().Key(queue).Min("0").Max("-1").Build()).AsStrSlice()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			per := map[string]int{}
+			for _, entry := range entries {
+				id, _, _ := strings.Cut(entry, ":")
+				per[id]++
+				maxQueued = max(maxQueued, per[id])
+			}
+			samples++
+		}
+	})
+	before := e.scripts()
+	for _, c := range clients {
+		for range perClient {
+			wg.Go(func() {
+				m := c.Mutex(name)
+				for range rounds {
+					start := time.Now()
+					lc, err := m.Lock(e.ctx)
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					mu.Lock()
+					maxWait = max(maxWait, time.Since(start))
+					mu.Unlock()
+					if inside.Add(1) > 1 {
+						overlap.Add(1)
+					}
+					time.Sleep(200 * time.Microsecond) // the critical section
+					inside.Add(-1)
+					mustUnlockFT(t, m, lc)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	spent := e.scripts() - before
+	close(stop)
+	sampler.Wait()
+	n := len(clients) * perClient * rounds
+	perAcq := float64(spent) / float64(n)
+	t.Logf("%d acquisitions, %.2f scripts each, longest wait %v; at most %d entry(ies) of one Client queued in %d samples",
+		n, perAcq, maxWait, maxQueued, samples)
+	if overlap.Load() > 0 {
+		t.Errorf("holders overlapped %d time(s)", overlap.Load())
+	}
+	if maxQueued > 1 {
+		t.Errorf("%d owners of one Client queued at once, want at most 1", maxQueued)
+	}
+	// Besides the first attempts, one script per turn of up to 9 holds.
+	if perAcq > 0.6 {
+		t.Errorf("%.2f scripts per acquisition: turns are not taken as a cohort", perAcq)
+	}
+	if maxWait > 5*time.Second {
+		t.Errorf("a waiter waited %v", maxWait)
+	}
+}
+
+// With no other Client waiting, a Client keeps the lock for its own
+// goroutines across budgets: one script per budget, tokens still rising.
+func TestCohortKeepsTheLockWhenAloneInRedis(t *testing.T) {
+	e := ftNewEnv(t)
+	const name, goroutines, rounds = "alone", 6, 30
+	c := e.client()
+	e.warmUp(c)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		tokens []uint64
+	)
+	before := e.scripts()
+	for range goroutines {
+		wg.Go(func() {
+			m := c.Mutex(name)
+			for range rounds {
+				lc, err := m.Lock(e.ctx)
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				tok, _ := m.Token(lc)
+				mu.Lock()
+				tokens = append(tokens, tok)
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				mustUnlockFT(t, m, lc)
+			}
+		})
+	}
+	wg.Wait()
+	spent := e.scripts() - before
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token #%d = %d after %d: not rising strictly", i, tokens[i], tokens[i-1])
+		}
+	}
+	perAcq := float64(spent) / float64(len(tokens))
+	t.Logf("%d acquisitions, %.2f scripts each", len(tokens), perAcq)
+	if perAcq > 0.3 {
+		t.Errorf("%.2f scripts per acquisition, want about 1/9 (one per budget)", perAcq)
+	}
+	if e.exists(e.lockKey(name)) {
+		t.Error("lock still held after every goroutine unlocked")
+	}
+	if m := e.sortedSetMembers(); len(m) != 0 {
+		t.Errorf("left queued: %q", m)
 	}
 }
 

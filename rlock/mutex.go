@@ -103,36 +103,61 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 				fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, lc.waitTimeout, context.DeadlineExceeded))
 		}
 	}
-	// Wait for a hold of this Client to pass the lock on, too (see
-	// cohort.go): at once when goroutines of the Client hold or wait for the
-	// lock, else after a first attempt that fails. A pass that comes as we
-	// leave goes on to the next.
+	// Goroutines of one Client wait for a lock as a cohort (see cohort.go):
+	// one of them, the leader, queues in Redis; the others wait for a hold of
+	// the Client to pass them the lock, or to make them the leader. A call
+	// joins at once when goroutines of the Client hold or wait for the lock,
+	// else after a first attempt that fails. A pass or a place in Redis that
+	// comes as it leaves goes on to the next.
 	defer func() {
 		if a.lw != nil {
-			if p := m.t.leave(m.name, a.lw); p != nil {
+			p, promo := m.t.leave(m.name, a.lw)
+			if p != nil {
 				m.handOn(p)
+			}
+			if promo != nil {
+				promo.w.Leave(false)
+				abandon(m.c, m.keys, promo.owner, a.lease.Milliseconds(), false)
 			}
 		}
 	}()
-	if wait && a.renew && m.t.active(m.name) {
-		var localOnly bool
-		a.lw, localOnly = m.t.join(m.name)
-		if localOnly {
-			startWait()
-			select {
-			case <-a.lw.ready:
-			case <-waitCtx.Done():
-				return nil, m.wrap("lock", core.CtxError(waitCtx))
-			}
-			if a.pass = m.t.take(a.lw, nil); a.pass != nil {
-				return a.hold(ctx)
-			}
-			// No pass after all: queue in Redis like everyone else.
+	joinCohort := func() (done bool, lockCtx context.Context, err error) {
+		lw, lead := m.t.join(m.name)
+		a.lw = lw
+		if lead {
+			return false, nil, nil
 		}
+		startWait()
+		select {
+		case <-lw.ready:
+		case <-waitCtx.Done():
+			return true, nil, m.wrap("lock", core.CtxError(waitCtx))
+		}
+		if a.pass = m.t.take(lw, nil); a.pass != nil {
+			lockCtx, err = a.hold(ctx)
+			return true, lockCtx, err
+		}
+		if p := m.t.takePromotion(lw); p != nil {
+			// The release that ended our Client's turn queued us in Redis.
+			a.owner, a.queued, a.queuedAt, a.queuedFence = p.owner, true, p.queuedAt, p.fence
+			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
+			if err := m.c.WaitWith(waitCtx, p.w, a.try); err != nil {
+				abandon(m.c, m.keys, a.owner, a.lease.Milliseconds(), true)
+				return true, nil, m.wrap("lock", err)
+			}
+			lockCtx, err = a.hold(ctx)
+			return true, lockCtx, err
+		}
+		return false, nil, nil // the leader now: queue in Redis
 	}
-	// When goroutines of this Client already wait, the lock is contended: skip
-	// the attempt that could only fail, and queue at once.
-	if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
+	a.cohort = wait && a.renew
+	if a.cohort && m.t.active(m.name) {
+		if done, lockCtx, err := joinCohort(); done {
+			return lockCtx, err
+		}
+	} else if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
+		// When goroutines of this Client already wait, the lock is
+		// contended: skip the attempt that could only fail, and queue at once.
 		ok, wait2, err := a.try(ctx, nil)
 		switch {
 		case err != nil && wait && core.Retryable(ctx, err):
@@ -145,9 +170,11 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		case !wait:
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
-	}
-	if wait && a.renew && a.lw == nil {
-		a.lw, _ = m.t.join(m.name) // it waits in Redis; a pass may still come
+		if a.cohort {
+			if done, lockCtx, err := joinCohort(); done {
+				return lockCtx, err
+			}
+		}
 	}
 	startWait()
 	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
@@ -176,6 +203,11 @@ type acquisition struct {
 	// process was paused, say), granted a lease that may be long gone.
 	queuedFence uint64
 	queued      bool // an attempt may have queued this owner in Redis
+	// presumeQueued: a release queued this owner (see promotion); the first
+	// attempt only waits, presumedRetry at most.
+	presumeQueued bool
+	presumedRetry time.Duration
+	cohort        bool // a blocking Lock with the watchdog's lease: it may join a cohort
 
 	lw   *localWaiter // the wait for a local pass (see cohort.go), if any
 	pass *cohortPass  // the lock passed on by a hold of this Client
@@ -198,6 +230,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			return true, 0, nil
 		}
 		a.queued = true
+		if a.presumeQueued {
+			a.presumeQueued = false
+			return false, a.presumedRetry, nil
+		}
 	}
 	a.sentAt = time.Now()
 	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
@@ -288,7 +324,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	h.Start(a.sentAt)
 	if a.renew && a.reply.last > a.reply.token {
 		// Tokens to spare: local waiters may be passed the lock.
-		m.t.form(m.name, h, a.reply.last)
+		m.t.form(m.name, h, a.reply.last, a.lw)
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h), nil
@@ -372,38 +408,103 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	if ended, cause := h.State(); ended {
 		return m.notHeld(cause)
 	}
-	if n, releasing := h.Count(); n == 1 && !releasing {
-		if m.t.passOn(m.name, h) {
-			h.End(ErrUnlocked) // the next holder took over the owner field
-			return nil
-		}
-		m.t.dissolve(m.name, h)
+	n, releasing := h.Count()
+	final := n == 1 && !releasing
+	if final && m.t.passOn(m.name, h) {
+		h.End(ErrUnlocked) // the next holder took over the owner field
+		return nil
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
 	defer cancel()
 	lease, _ := h.Lease()
-	var left int64
-	var sentAt time.Time
-	err := core.RetryTransient(ctx, func() (err error) {
-		sentAt = time.Now()
-		left, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease)
-		return err
-	})
-	switch {
-	case err != nil:
-		return m.wrap("unlock", err)
-	case left < 0:
-		h.End(ErrLeaseLost)
-		return m.notHeld(ErrLeaseLost)
-	case left == 0:
-		h.End(ErrUnlocked)
-	default:
-		h.SetCount(left)
-		h.Extend(sentAt, lease)
+	for {
+		var next *localWaiter
+		if final {
+			if m.t.passOn(m.name, h) {
+				h.End(ErrUnlocked) // the next holder took over the owner field
+				return nil
+			}
+			next = m.t.successor(m.name, h)
+		}
+		var sw *pubsub.Waiter
+		var successor string
+		if final {
+			sw, successor = m.successorWait(ctx, h, next)
+		}
+		var r releaseReply
+		var sentAt time.Time
+		err := core.RetryTransient(ctx, func() (err error) {
+			sentAt = time.Now()
+			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successor)
+			return err
+		})
+		if sw != nil && (err != nil || r.left != 0 || !m.promote(h, next, sw, successor, r, sentAt)) {
+			m.t.dissolve(m.name, h)
+			sw.Leave(false)
+			if err != nil {
+				abandon(m.c, m.keys, successor, m.c.Cfg.WatchdogTimeout.Milliseconds(), false)
+			}
+		}
+		switch {
+		case err != nil:
+			return m.wrap("unlock", err)
+		case r.kept:
+			// No one else waits in Redis: the lock stayed ours for the
+			// next local waiter. Pass it on (or, if it left, release it).
+			h.Extend(sentAt, lease)
+			m.t.keep(m.name, h, next, r.first, r.last)
+			requestID = m.c.NewID()
+			continue
+		case r.left < 0:
+			h.End(ErrLeaseLost)
+			return m.notHeld(ErrLeaseLost)
+		case r.left == 0:
+			h.End(ErrUnlocked)
+		default:
+			h.SetCount(r.left)
+			h.Extend(sentAt, lease)
+		}
+		return nil
 	}
-	return nil
+}
+
+// successorWait prepares the release of h to queue next, the Client's next
+// leader, in Redis: a new owner id and a Waiter subscribed and tagged with it
+// before the release runs, so the hand-off message cannot arrive unheard.
+// Without a successor (or when subscribing fails) h's cohort ends here.
+func (m *Mutex) successorWait(ctx context.Context, h *core.Hold, next *localWaiter) (*pubsub.Waiter, string) {
+	if next != nil {
+		if w, err := m.c.Mux.Subscribe(ctx, m.keys.channel); err == nil {
+			owner := m.c.NewID()
+			w.SetTag(owner)
+			return w, owner
+		}
+	}
+	m.t.dissolve(m.name, h)
+	return nil, ""
+}
+
+// promote gives next the place in Redis that a release of h queued for it.
+// It reports false when there is none (the lock was kept) or next cannot take
+// it up, which the caller then gives up.
+func (m *Mutex) promote(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner string, r releaseReply, sentAt time.Time) bool {
+	if r.kept {
+		w.Leave(true)
+		return true
+	}
+	retry := m.c.RetryAfter(r.granted)
+	if r.granted == 0 {
+		retry = 0
+	}
+	p := &promotion{w: w, owner: owner, queuedAt: sentAt, fence: r.fence, check: r.granted == 0,
+		retryIn: min(retry, m.c.Cfg.WatchdogTimeout*4/5)}
+	if m.t.promote(m.name, h, next, p) {
+		return true
+	}
+	abandon(m.c, m.keys, owner, m.c.Cfg.WatchdogTimeout.Milliseconds(), false)
+	return false
 }
 
 // Token returns the fencing token of the hold carried by lockCtx: a number

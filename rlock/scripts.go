@@ -97,9 +97,46 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, le
 	return parseAcquireReply(vals)
 }
 
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration) (int64, error) {
-	return lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second), tokenBlockArg}).AsInt64()
+// releaseReply is release.lua's answer.
+type releaseReply struct {
+	left int64 // holds left; 0: freed (or kept, see kept); -1: not held
+	// With a successor named: kept reports that the lock stayed with the
+	// owner field, with tokens first..last; otherwise, when freed, the
+	// successor is queued, fence is the fencing counter after the hand-off
+	// and granted the lease (ms) handed to the head waiter (0: none was).
+	kept        bool
+	first, last uint64
+	fence       uint64
+	granted     int64
+}
+
+func parseReleaseReply(vals []int64) (releaseReply, error) {
+	switch {
+	case len(vals) == 1 && vals[0] >= -1:
+		return releaseReply{left: vals[0]}, nil
+	case len(vals) == 3 && vals[0] == 0 && vals[1] >= 0 && vals[2] >= 0:
+		return releaseReply{fence: uint64(vals[1]), granted: vals[2]}, nil
+	case len(vals) == 3 && vals[0] == -3 && vals[1] > 0 && vals[2] >= vals[1]:
+		return releaseReply{kept: true, first: uint64(vals[1]), last: uint64(vals[2])}, nil
+	}
+	return releaseReply{}, fmt.Errorf("rlock: unexpected release reply %v", vals)
+}
+
+// releaseScript runs release.lua. successor, when not empty, is the owner id
+// under which a local waiter is queued behind the release (or for which the
+// lock is kept; see release.lua).
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor string) (releaseReply, error) {
+	entry := ""
+	if successor != "" {
+		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout)
+	}
+	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq},
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second), tokenBlockArg,
+			entry, ms(waiterLease(c))}).AsIntSlice()
+	if err != nil {
+		return releaseReply{}, err
+	}
+	return parseReleaseReply(vals)
 }
 
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64, tombstone bool) error {

@@ -45,6 +45,12 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		}
 		return err
 	}
+	return c.WaitWith(ctx, w, try)
+}
+
+// WaitWith is WaitFor on a Waiter subscribed (and perhaps tagged) already;
+// it leaves w when it returns.
+func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
 	satisfied := false
 	defer func() { w.Leave(satisfied) }()
 

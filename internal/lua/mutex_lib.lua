@@ -17,9 +17,14 @@
 -- rest to goroutines of its own process it passes the lock to (cohorting);
 -- any later acquisition gets a higher token.
 
+-- The server time in milliseconds, read once per script call.
+local clock_ms
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock_ms then
+    local t = redis.call('TIME')
+    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock_ms
 end
 
 -- Reserves a block of fencing tokens and returns the last one. A missing
@@ -29,11 +34,14 @@ end
 -- second are issued; resources that fence by token keep accepting writes.
 -- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
 local function mutex_tokens(fence, block)
-  if redis.call('EXISTS', fence) == 0 then
+  local last = redis.call('INCRBY', fence, block)
+  if last == block then
+    -- The counter was missing (INCRBY started it from 0): start it from the clock.
     local t = redis.call('TIME')
-    redis.call('SET', fence, t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
+    last = tonumber(t[1] .. string.rep('0', 6 - #t[2]) .. t[2]) + block
+    redis.call('SET', fence, string.format('%d', last))
   end
-  return redis.call('INCRBY', fence, block)
+  return last
 end
 
 local function mutex_entry(owner, lease)
@@ -79,19 +87,21 @@ end
 -- is told so by name. With no one queued, message (if any) is published for
 -- local listeners instead. When the caller's own entry self is at the head,
 -- nothing is done and -1 is returned: the caller takes the lock itself.
--- block is the number of fencing tokens reserved for the new holder.
--- Returns the lease granted in milliseconds, 0 when no one waits, or -1.
-local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self, block)
+-- block is the number of fencing tokens reserved for the new holder; head,
+-- if given, is the head entry the caller just looked up.
+-- Returns the lease granted in milliseconds (0 when no one waits, or -1) and
+-- the last fencing token reserved (0 when none was).
+local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self, block, head)
   while true do
-    local head = mutex_head(queue, waiters)
+    head = head or mutex_head(queue, waiters)
     if not head then
       if message then
         redis.call(publish, channel, message)
       end
-      return 0
+      return 0, 0
     end
     if head == self then
-      return -1
+      return -1, 0
     end
     mutex_dequeue(queue, waiters, head)
     local owner, lease = string.match(head, '^(.+)/(%d+)$')
@@ -101,8 +111,9 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, mess
       local last = mutex_tokens(fence, block)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
       redis.call(publish, channel, string.format('@%s %d:%d', owner, last - block + 1, last))
-      return tonumber(lease)
+      return tonumber(lease), last
     end
     -- A malformed entry (not written by this version): dropped, next one.
+    head = nil
   end
 end

@@ -1,6 +1,15 @@
 -- release: drop one level of a reentrant hold; the last level frees the lock
 -- and hands it to the head waiter in the same step (see mutex_lib.lua), or,
 -- with no one queued, announces it to anyone listening.
+--
+-- A holder may name a successor: a goroutine of its own process that waits
+-- for the lock. The last level then either queues the successor at the tail
+-- in the same step (others were queued: the lock goes to the head and the
+-- process gets its next turn after them), or, when no one else is queued,
+-- keeps the lock for the holder's owner field with its lease re-set and a new
+-- block of fencing tokens, so the holder passes it on locally (cohorting, see
+-- rlock/cohort.go) without a round trip per holder.
+--
 -- Idempotent per request id: a retry of a release whose reply was lost returns
 -- the first outcome instead of decrementing again.
 --
@@ -9,35 +18,72 @@
 -- KEYS[3]  queue zset (see mutex_lib.lua)
 -- KEYS[4]  waiter deadlines zset
 -- KEYS[5]  fencing counter
+-- KEYS[6]  arrival counter
 -- ARGV[1]  owner field
--- ARGV[2]  lease in milliseconds, re-set while holds remain
+-- ARGV[2]  lease in milliseconds, re-set while holds remain (or the lock is kept)
 -- ARGV[3]  publish command: PUBLISH or SPUBLISH
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds
--- ARGV[7]  fencing tokens to reserve for a queued waiter handed the lock
+-- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
+-- ARGV[8]  successor's queue entry (owner field '/' lease ms), or '' for none
+-- ARGV[9]  successor's waiter lease in milliseconds (see mutex_enqueue)
 --
--- Returns the hold count left after the release (0: this owner no longer holds
--- the lock, which went to the next waiter or was announced free), or -1 when
--- the owner does not hold the lock.
-local lock, latch = KEYS[1], KEYS[2]
-local owner = ARGV[1]
+-- Returns an array:
+--   {left}              left >= 1: holds left; {0}: the lock was freed (and
+--                       handed on or announced); no successor was named
+--   {-1}                the owner does not hold the lock
+--   {0, fence, lease}   freed and handed to the head waiter with lease (ms);
+--                       the successor is queued behind the others; fence is
+--                       the fencing counter after the hand-off
+--   {-3, first, last}   kept: a successor was named and no one else is
+--                       queued; the lock stays with the owner field, lease re-set,
+--                       with the fencing tokens first..last reserved
+local lock, latch, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, lease = ARGV[1], ARGV[2]
 
 local done = redis.call('GET', latch)
 if done then
-  return tonumber(done)
+  local reply = {}
+  for n in string.gmatch(done, '-?%d+') do
+    reply[#reply + 1] = tonumber(n)
+  end
+  return reply
 end
 local count = redis.call('HGET', lock, owner)
 if not count then
-  return -1
+  return {-1}
 end
 local left = tonumber(count) - 1
+local block = tonumber(ARGV[7])
+local reply
 if left > 0 then
   redis.call('HSET', lock, owner, left)
-  redis.call('PEXPIRE', lock, ARGV[2])
-else
+  redis.call('PEXPIRE', lock, lease)
+  reply = string.format('%d', left)
+elseif ARGV[8] == '' then
   redis.call('DEL', lock)
-  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], nil, tonumber(ARGV[7]))
+  mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block)
+  reply = '0'
+else
+  local head = mutex_head(queue, waiters)
+  if not head then
+    redis.call('PEXPIRE', lock, lease)
+    local last = mutex_tokens(fence, block)
+    reply = string.format('-3 %d %d', last - block + 1, last)
+  else
+    redis.call('DEL', lock)
+    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block, head)
+    mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], ARGV[9])
+    if last == 0 then
+      last = tonumber(redis.call('GET', fence) or '0')
+    end
+    reply = string.format('0 %d %d', last, granted)
+  end
 end
-redis.call('SET', latch, left, 'PX', ARGV[6])
-return left
+redis.call('SET', latch, reply, 'PX', ARGV[6])
+local out = {}
+for n in string.gmatch(reply, '-?%d+') do
+  out[#out + 1] = tonumber(n)
+end
+return out
