@@ -85,7 +85,7 @@ func run() int {
 	flag.IntVar(&cfg.hotG, "hot-goroutines", 64, "goroutines in all in the hot-lock scenario")
 	flag.IntVar(&cfg.manyLocks, "many-locks", 1000, "locks in the many-locks scenario")
 	flag.IntVar(&cfg.manyWaiters, "many-waiters", 10, "goroutines per lock in the many-locks scenario")
-	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter GET+SET)")
+	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter increment)")
 	flag.IntVar(&cfg.pings, "pings", 2000, "sequential PINGs measuring the loopback floor each round")
 	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")

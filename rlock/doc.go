@@ -6,31 +6,36 @@
 // sleep loop. All waiting goroutines of a Client share a few pub/sub
 // connections (package pubsub).
 //
-// Contended waiters queue in Redis in arrival order, across all processes. The
-// release that frees the lock hands it, in the same script, to the waiter at
-// the head of the queue (with that waiter's lease and the next fencing token)
-// and tells it so by name: the woken waiter holds the lock without another
-// round trip, so a hand-off costs one message, and no goroutine can be starved
-// by others that happen to retry sooner. (Only an uncontended Lock, finding
-// the lock free and no one queued, takes it at once.) Every wait is also
-// bounded by the holder's remaining lease, so a lost message costs at most one
-// lease (the waiter's re-check then finds the lock already its own), and
-// after a pub/sub reconnect every waiter re-checks at once. A waiter that
-// gives up after the lock was handed to it gives it on to the next. A queued
-// waiter re-checks at least every 4/5 of the watchdog timeout to keep its
-// place (behind a renewed hold, about every 20-30s by default); one whose
-// process died loses it after two watchdog timeouts (or, if the lock is
-// handed to it first, holds it for one lease, like a crashed holder).
+// Contended waiters queue in Redis in arrival order, across all processes,
+// one entry per Client (see below). The release that frees the lock hands it,
+// in the same script, to the waiter at the head of the queue (with that
+// waiter's lease and a block of fencing tokens) and tells it so by name: the
+// woken waiter holds the lock without another round trip, so a hand-off costs
+// one message, and no one can be starved by others that happen to retry
+// sooner. (Only an uncontended Lock, finding the lock free and no one queued,
+// takes it at once.) Every wait is also bounded by the holder's remaining
+// lease, so a lost message costs at most one lease (the waiter's re-check then
+// finds the lock already its own), and after a pub/sub reconnect every waiter
+// re-checks at once. A waiter that gives up after the lock was handed to it
+// gives it on to the next. A queued waiter re-checks at least every 4/5 of the
+// watchdog timeout to keep its place (behind a renewed hold, about every
+// 20-30s by default); one whose process died loses it after two watchdog
+// timeouts (or, if the lock is handed to it first, holds it for one lease,
+// like a crashed holder).
 //
-// Within one Client, a watchdog hold that unlocks while other goroutines of
-// the Client wait passes the lock to the oldest of them without a round trip
-// (lock cohorting): the new hold takes over the Redis owner field, its lease
-// and renewals, and the next of a block of fencing tokens reserved when the
-// lock was taken from Redis, so tokens still rise strictly from holder to
-// holder. A budget bounds this (8 passes, within a second of taking the lock
-// from Redis); then the lock goes back to the Redis queue, so other processes wait
-// for at most a few local turns more than in strict arrival order. Holds with
-// WithLease take no part.
+// The waiting goroutines of one Client form a cohort (lock cohorting): the
+// oldest of them, the leader, queues in Redis for all of them, the others wait
+// in the Client in arrival order. A watchdog hold that unlocks while others of
+// its Client wait passes the lock to the oldest of them without a round trip:
+// the new hold takes over the Redis owner field, its lease and renewals, and
+// the next of the reserved fencing tokens, so tokens still rise strictly from
+// holder to holder. A budget bounds a Client's turn (8 passes, within a second
+// of taking the lock from Redis); the release that ends it hands the lock to
+// the head of the Redis queue and queues the Client's next leader at the tail
+// in the same script, so Clients take turns of up to 9 holds in arrival order.
+// When no other Client is queued the script keeps the lock for the Client
+// instead, with new tokens: a busy Client pays one script per 9 holds.
+// Holds with WithLease, and TryLock, take no part.
 //
 // # Usage
 //

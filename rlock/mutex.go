@@ -40,8 +40,9 @@ func (m *Mutex) Name() string { return m.name }
 
 // Lock blocks until it holds the lock, ctx is done, or the wait timeout of
 // WithWaitTimeout runs out. It waits without polling, in a queue served in
-// arrival order across processes: it sleeps until a release hands it the lock, a
-// pub/sub reconnect, or the holder's lease runs out.
+// arrival order across processes (in turns per Client, see the package
+// documentation): it sleeps until a release hands it the lock, a pub/sub
+// reconnect, or the holder's lease runs out.
 //
 // Connection errors (a dropped or stalled connection, a restarting Redis) are
 // retried with backoff until ctx ends, so bound ctx (or use WithWaitTimeout)
