@@ -98,7 +98,7 @@ func BenchmarkMutexTryLockHeld(b *testing.B) {
 
 // BenchmarkMutexManyLocks is the many-locks load in one Client: 10 goroutines
 // on each of 1000 locks, each taking its lock and letting go at once; an op is
-// one acquisition. Almost every acquisition is a hand-off to a queued waiter.
+// one acquisition. Almost every acquisition is a local pass within a cohort.
 func BenchmarkMutexManyLocks(b *testing.B) {
 	const locks, perLock = 1000, 10
 	c, srv := benchClient(b)
@@ -114,6 +114,53 @@ func BenchmarkMutexManyLocks(b *testing.B) {
 	var wg sync.WaitGroup
 	for i := range locks * perLock {
 		m := c.Mutex("bench-" + strconv.Itoa(i%locks))
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lockCtx, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := m.Unlock(lockCtx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	benchCommands(b, srv, before)
+}
+
+// BenchmarkMutexHot is one hot lock with an empty critical section, 16
+// goroutines on each of two Clients: Clients take turns in Redis, and the
+// lock passes among the goroutines of a Client within a turn (cohorting); an
+// op is one acquisition.
+func BenchmarkMutexHot(b *testing.B) {
+	const clients, perClient = 2, 16
+	c, srv := benchClient(b)
+	ms := []*rlock.Mutex{c.Mutex("hot")}
+	for range clients - 1 {
+		c2, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c2.Close() })
+		ms = append(ms, c2.Mutex("hot"))
+	}
+	ctx := context.Background()
+	before, err := srv.CommandStats(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	for i := range clients * perClient {
+		m := ms[i%clients]
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
 				lockCtx, err := m.Lock(ctx)

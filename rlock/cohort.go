@@ -19,24 +19,29 @@ import (
 // still rise strictly from holder to holder, across processes too. A local
 // hand-off costs no round trip at all.
 //
-// Fairness across processes is kept by a budget: at most cohortPasses local
+// Fairness across processes is kept by a budget per turn: cohortPasses local
 // hand-offs (within cohortSpan of the Redis acquisition, a cap for long
-// critical sections). Then the holder releases the lock in Redis, which hands
-// it to the head of the Redis queue, and in the same script queues the oldest
-// local waiter at the tail, as the Client's next leader: each Client with
-// waiters gets one turn of up to cohortPasses+1 holds in Redis's arrival
-// order. When no one else is queued in Redis, the same script keeps the lock
-// for the Client and reserves new tokens instead, so an uncontested Client
-// pays one script per cohortPasses+1 holds.
+// critical sections), or, when holds are short, as many as fit in
+// cohortBurst, up to cohortMaxPasses. A turn thus lasts a few holds or a
+// couple of milliseconds, whichever is longer, so short critical sections pay
+// a cross-process hand-off per few dozen holds, not per few. Then the holder
+// releases the lock in Redis, which hands it to the head of the Redis queue,
+// and in the same script queues the oldest local waiter at the tail, as the
+// Client's next leader: each Client with waiters gets one turn in Redis's
+// arrival order. When no one else is queued in Redis, the same script keeps
+// the lock for the Client and reserves new tokens instead, so an uncontested
+// Client pays one script per turn.
 //
 // Only holds with the watchdog's lease take part: a WithLease hold keeps its
 // own fixed lease, which a hand-off could not honour.
 const (
-	cohortPasses = 8
-	cohortSpan   = time.Second
+	cohortPasses    = 8
+	cohortSpan      = time.Second
+	cohortBurst     = 2 * time.Millisecond
+	cohortMaxPasses = 64
 	// tokenBlock fencing tokens are reserved by a contended acquisition: one
 	// for the holder and one per possible local hand-off.
-	tokenBlock = cohortPasses + 1
+	tokenBlock = cohortMaxPasses + 1
 )
 
 var tokenBlockArg = strconv.Itoa(tokenBlock)
@@ -58,8 +63,8 @@ type cohort struct {
 	hold    *core.Hold
 	next    uint64 // next..last: fencing tokens left to pass on
 	last    uint64
-	passes  int
-	until   time.Time
+	passed  int            // local hand-offs in this turn
+	since   time.Time      // start of this turn
 	waiters []*localWaiter // arrival order
 	leader  *localWaiter   // waits in Redis for the Client, or is about to
 }
@@ -109,7 +114,11 @@ func (lw *localWaiter) wake() {
 }
 
 func (co *cohort) canPass(now time.Time) bool {
-	return co.held && co.passes > 0 && co.next <= co.last && now.Before(co.until)
+	if !co.held || co.next > co.last {
+		return false
+	}
+	age := now.Sub(co.since)
+	return co.passed < cohortPasses && age < cohortSpan || co.passed < cohortMaxPasses && age < cohortBurst
 }
 
 // settle makes the oldest waiter the leader when the Client neither holds
@@ -227,7 +236,7 @@ func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter) 
 	}
 	co.held, co.hold = true, h
 	co.next, co.last = h.Token+1, last
-	co.passes, co.until = cohortPasses, time.Now().Add(cohortSpan)
+	co.passed, co.since = 0, time.Now()
 }
 
 // adopt records h, built from a pass, as the Client's holder of the lock.
@@ -272,7 +281,7 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	}
 	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until}
 	co.next++
-	co.passes--
+	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold
 	lw.wake()
 	return true
@@ -333,7 +342,7 @@ func (t *cohorts) keep(name string, h *core.Hold, lw *localWaiter, first, last u
 		return false
 	}
 	co.next, co.last = first, last
-	co.passes, co.until = cohortPasses, time.Now().Add(cohortSpan)
+	co.passed, co.since = 0, time.Now()
 	return true
 }
 

@@ -29,13 +29,14 @@
 // its Client wait passes the lock to the oldest of them without a round trip:
 // the new hold takes over the Redis owner field, its lease and renewals, and
 // the next of the reserved fencing tokens, so tokens still rise strictly from
-// holder to holder. A budget bounds a Client's turn (8 passes, within a second
-// of taking the lock from Redis); the release that ends it hands the lock to
-// the head of the Redis queue and queues the Client's next leader at the tail
-// in the same script, so Clients take turns of up to 9 holds in arrival order.
-// When no other Client is queued the script keeps the lock for the Client
-// instead, with new tokens: a busy Client pays one script per 9 holds.
-// Holds with WithLease, and TryLock, take no part.
+// holder to holder. A budget bounds a Client's turn: 8 passes (within a second
+// of taking the lock from Redis), or as many as fit in 2ms when critical
+// sections are short (at most 64). The release that ends the turn hands the
+// lock to the head of the Redis queue and queues the Client's next leader at
+// the tail in the same script, so Clients take turns in arrival order. When
+// no other Client is queued the script keeps the lock for the Client instead,
+// with new tokens: a busy Client pays one script per turn. Holds with
+// WithLease, and TryLock, take no part.
 //
 // # Usage
 //
