@@ -152,13 +152,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		return false, nil, nil // the leader now: queue in Redis
 	}
 	a.cohort = wait && a.renew
-	if a.cohort && m.t.active(m.name) {
-		if done, lockCtx, err := joinCohort(); done {
-			return lockCtx, err
-		}
-	} else if !wait || m.c.Mux.Waiting(m.keys.channel) == 0 {
-		// When goroutines of this Client already wait, the lock is
-		// contended: skip the attempt that could only fail, and queue at once.
+	// A first attempt, unless the lock is known to be contended: goroutines
+	// of this Client hold or wait for it (then the attempt could only fail).
+	if !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.channel) == 0) {
 		ok, wait2, err := a.try(ctx, nil)
 		switch {
 		case err != nil && wait && core.Retryable(ctx, err):
@@ -171,10 +167,10 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		case !wait:
 			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
 		}
-		if a.cohort {
-			if done, lockCtx, err := joinCohort(); done {
-				return lockCtx, err
-			}
+	}
+	if a.cohort {
+		if done, lockCtx, err := joinCohort(); done {
+			return lockCtx, err
 		}
 	}
 	startWait()
