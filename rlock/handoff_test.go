@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -403,6 +404,60 @@ func TestCohortKeepsTheLockWhenAloneInRedis(t *testing.T) {
 	if m := e.sortedSetMembers(); len(m) != 0 {
 		t.Errorf("left queued: %q", m)
 	}
+}
+
+// When the Client's leader (its one waiter queued in Redis) gives up, the
+// next local waiter queues in its place: it is not left waiting in the
+// Client for a pass that no one would bring.
+func TestCohortLeaderGivesUp(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "leader-leaves"
+	x, y := e.client(), e.client()
+	e.warmUp(x, y)
+	hy, err := y.Mutex(name).Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderCtx, cancelLeader := context.WithCancel(e.ctx)
+	leader := make(chan error, 1)
+	go func() {
+		_, err := x.Mutex(name).Lock(leaderCtx)
+		leader <- err
+	}()
+	e.queuedIs(1)
+	follower := make(chan error, 1)
+	go func() {
+		lc, err := x.Mutex(name).Lock(e.ctx)
+		if err == nil {
+			err = x.Mutex(name).Unlock(lc)
+		}
+		follower <- err
+	}()
+	e.eventually(ftPatience, "2 waiters in Client X", func() bool { return rlock.WaitingInClient(x, name) == 2 })
+	leaderEntries := e.sortedSetMembers()
+	if len(leaderEntries) != 2 { // one owner, in the queue and the deadline sets
+		t.Fatalf("queued with one leader waiting: %q, want one owner", leaderEntries)
+	}
+	cancelLeader()
+	if err := <-leader; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled leader: %v, want context.Canceled", err)
+	}
+	// The follower queues in the leader's place, which is given up in the
+	// background.
+	e.eventually(ftPatience, "the follower queued in Redis instead of the leader", func() bool {
+		m := e.sortedSetMembers()
+		return len(m) == 2 && !slices.Contains(m, leaderEntries[0]) && rlock.WaitingInClient(x, name) == 1
+	})
+	mustUnlockFT(t, y.Mutex(name), hy)
+	select {
+	case err := <-follower:
+		if err != nil {
+			t.Fatalf("follower: %v", err)
+		}
+	case <-time.After(ftPatience):
+		t.Fatal("the follower never got the lock after the leader gave up")
+	}
+	e.eventually(ftPatience, "nothing left queued", func() bool { return len(e.sortedSetMembers()) == 0 })
 }
 
 // Waiters for a local pass (they are not queued in Redis) honour their wait
