@@ -76,6 +76,23 @@ func (c *conn) join(channel string, weight int64) (*Waiter, <-chan struct{}, err
 		c.entries[channel] = e
 		c.toSub = append(c.toSub, e)
 	}
+	w := c.addWaiter(e, weight)
+	if !c.started {
+		c.started = true
+		c.mux.wg.Add(1)
+		go c.run()
+	}
+	ready := e.ready
+	c.mu.Unlock()
+	if created {
+		c.kick()
+	}
+	return w, ready, nil
+}
+
+// addWaiter appends a new Waiter to e's queue and keeps e subscribed. Called
+// with c.mu held.
+func (c *conn) addWaiter(e *entry, weight int64) *Waiter {
 	if e.linger != nil {
 		e.linger.Stop()
 		e.linger = nil
@@ -90,17 +107,24 @@ func (c *conn) join(channel string, weight int64) (*Waiter, <-chan struct{}, err
 		e.tail = w
 	}
 	e.n++
-	if !c.started {
-		c.started = true
-		c.mux.wg.Add(1)
-		go c.run()
+	return w
+}
+
+// joinIfLive is join for a channel whose subscription is confirmed on the
+// current connection; it returns nil otherwise, leaving nothing behind.
+func (c *conn) joinIfLive(channel string, weight int64) *Waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.mux.closed:
+		return nil
+	default:
 	}
-	ready := e.ready
-	c.mu.Unlock()
-	if created {
-		c.kick()
+	e := c.entries[channel]
+	if e == nil || !e.confirmed {
+		return nil
 	}
-	return w, ready, nil
+	return c.addWaiter(e, weight)
 }
 
 func (c *conn) leave(w *Waiter, satisfied bool) {

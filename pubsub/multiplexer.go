@@ -104,6 +104,18 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 	}
 }
 
+// SubscribeIfLive queues a new Waiter on channel, as SubscribeWeighted does,
+// only when the channel's subscription is live: confirmed by Redis on the
+// current connection (other Waiters are on it, or it lingers). It never waits
+// and sends nothing; it returns nil when the channel is not subscribed, or is
+// being resubscribed after a reconnect.
+func (m *Multiplexer) SubscribeIfLive(channel string, weight int64) *Waiter {
+	if channel == "" {
+		return nil
+	}
+	return m.connFor(channel).joinIfLive(channel, max(weight, 1))
+}
+
 // Waiting returns how many Waiters are queued on channel in this process.
 func (m *Multiplexer) Waiting(channel string) int {
 	c := m.connFor(channel)

@@ -909,3 +909,59 @@ func TestManyChannelsOverConnections(t *testing.T) {
 		}
 	}
 }
+
+// SubscribeIfLive joins only a channel whose subscription is confirmed on the
+// current connection, and never waits or sends a command.
+func TestSubscribeIfLive(t *testing.T) {
+	ctx := mxContext(t)
+	srv := redistest.Owned(t)
+	rc := redistest.Client(t, srv)
+	pub := redistest.Client(t, srv)
+	ch := redistest.KeyPrefix(t) + "live"
+	m := mxNew(t, rc, pubsub.WithLinger(time.Hour))
+
+	if w := m.SubscribeIfLive(ch, 1); w != nil {
+		t.Fatal("SubscribeIfLive on a channel nobody subscribed returned a Waiter")
+	}
+	if n, err := srv.NumSub(ctx, ch); err != nil || n[ch] != 0 {
+		t.Fatalf("NUMSUB after SubscribeIfLive on an unsubscribed channel = %v, %v; want 0", n, err)
+	}
+	first := mxSubscribe(ctx, t, m, ch)
+	w := m.SubscribeIfLive(ch, 1)
+	if w == nil {
+		t.Fatal("SubscribeIfLive on a subscribed channel returned nil")
+	}
+	w.SetTag("x")
+	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"x")
+	mxWaitFired(t, w, "the Waiter joined by SubscribeIfLive")
+	first.Leave(true)
+	w.Leave(true)
+	// Lingering: still confirmed, so still live.
+	w = m.SubscribeIfLive(ch, 1)
+	if w == nil {
+		t.Fatal("SubscribeIfLive on a lingering channel returned nil")
+	}
+	w.Leave(true)
+
+	// A lost connection drops idle channels: not live until subscribed again.
+	if killed := mxKillSubscribers(ctx, t, srv); killed != 1 {
+		t.Fatalf("killed %d subscriber connections, want 1", killed)
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(mxPatience)
+	for m.Stats().Reconnects == 0 {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("no reconnect after the kill")
+		}
+	}
+	if w := m.SubscribeIfLive(ch, 1); w != nil {
+		t.Fatal("SubscribeIfLive after the connection was lost returned a Waiter")
+	}
+	m.Close()
+	if w := m.SubscribeIfLive(ch, 1); w != nil {
+		t.Fatal("SubscribeIfLive after Close returned a Waiter")
+	}
+}

@@ -52,7 +52,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 		var successor string
 		if final {
 			next = m.t.successor(m.name, h)
-			sw, successor = m.successorWait(ctx, h, next)
+			sw, successor = m.successorWait(h, next)
 		}
 		var r releaseReply
 		var sentAt time.Time
@@ -91,12 +91,14 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 }
 
 // successorWait prepares the release of h to queue next, the Client's next
-// leader, in Redis: a new owner id and a Waiter subscribed and tagged with it
-// before the release runs, so the hand-off message cannot arrive unheard.
-// Without a successor (or when subscribing fails) h's cohort ends here.
-func (m *Mutex) successorWait(ctx context.Context, h *core.Hold, next *localWaiter) (*pubsub.Waiter, string) {
+// leader, in Redis: a new owner id and a Waiter on the lock's channel tagged
+// with it before the release runs, so the hand-off message cannot arrive
+// unheard. Only a live subscription will do, so that Unlock never waits for
+// pub/sub (a reconnect, say). Without a successor or a live subscription h's
+// cohort ends here, and the oldest waiter queues by itself.
+func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, string) {
 	if next != nil {
-		if w, err := m.c.Mux.Subscribe(ctx, m.keys.channel); err == nil {
+		if w := m.c.Mux.SubscribeIfLive(m.keys.channel, 1); w != nil {
 			owner := m.c.NewID()
 			w.SetTag(owner)
 			return w, owner
