@@ -102,23 +102,9 @@ func BenchmarkMutexTryLockHeld(b *testing.B) {
 func BenchmarkMutexManyLocks(b *testing.B) {
 	const locks, perLock = 1000, 10
 	c, srv := benchClient(b)
-	ctx := context.Background()
-	before, err := srv.CommandStats(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	for i := range locks * perLock {
-		m := c.Mutex("bench-" + strconv.Itoa(i%locks))
-		wg.Go(func() { lockUnlockWhile(b, ctx, m, &left) })
-	}
-	wg.Wait()
-	b.StopTimer()
-	benchCommands(b, srv, before)
+	benchAcquisitions(b, srv, locks*perLock, func(i int) *rlock.Mutex {
+		return c.Mutex("bench-" + strconv.Itoa(i%locks))
+	})
 }
 
 // BenchmarkMutexHot is one hot lock with an empty critical section, 16
@@ -137,6 +123,13 @@ func BenchmarkMutexHot(b *testing.B) {
 		b.Cleanup(func() { _ = c2.Close() })
 		ms = append(ms, c2.Mutex("hot"))
 	}
+	benchAcquisitions(b, srv, clients*perClient, func(i int) *rlock.Mutex { return ms[i%clients] })
+}
+
+// benchAcquisitions runs b.N acquisitions with an empty critical section,
+// spread over goroutines, goroutine i on mutexFor(i), and reports the Redis
+// commands per acquisition.
+func benchAcquisitions(b *testing.B, srv *redistest.Server, goroutines int, mutexFor func(i int) *rlock.Mutex) {
 	ctx := context.Background()
 	before, err := srv.CommandStats(ctx)
 	if err != nil {
@@ -147,27 +140,23 @@ func BenchmarkMutexHot(b *testing.B) {
 	var left atomic.Int64
 	left.Store(int64(b.N))
 	var wg sync.WaitGroup
-	for i := range clients * perClient {
-		m := ms[i%clients]
-		wg.Go(func() { lockUnlockWhile(b, ctx, m, &left) })
+	for i := range goroutines {
+		m := mutexFor(i)
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lockCtx, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := m.Unlock(lockCtx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	}
 	wg.Wait()
 	b.StopTimer()
 	benchCommands(b, srv, before)
-}
-
-// lockUnlockWhile takes and releases m with an empty critical section until
-// left runs out; every acquisition takes one from left.
-func lockUnlockWhile(b *testing.B, ctx context.Context, m *rlock.Mutex, left *atomic.Int64) {
-	for left.Add(-1) >= 0 {
-		lockCtx, err := m.Lock(ctx)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		if err := m.Unlock(lockCtx); err != nil {
-			b.Error(err)
-			return
-		}
-	}
 }

@@ -258,7 +258,7 @@ func TestCohortPassesLocally(t *testing.T) {
 	// are 2 scripts and a HGET): count the first-level work only.
 	perAcq := float64(spent-2*n) / float64(n)
 	t.Logf("%d acquisitions, %.2f scripts each besides the re-entry; longest wait of the other Client %v", n, perAcq, maxWaitY)
-	if perAcq >= 2 {
+	if perAcq >= 1 {
 		t.Errorf("%.2f scripts per acquisition: the lock is not passed on locally", perAcq)
 	}
 	if maxWaitY > 5*time.Second {
@@ -346,7 +346,7 @@ func TestCohortOneQueueEntryPerClient(t *testing.T) {
 	if maxQueued > 1 {
 		t.Errorf("%d owners of one Client queued at once, want at most 1", maxQueued)
 	}
-	// Besides the first attempts, one script per turn of up to 9 holds.
+	// Besides the first attempts, one script per turn of several holds.
 	if perAcq > 0.6 {
 		t.Errorf("%.2f scripts per acquisition: turns are not taken as a cohort", perAcq)
 	}
