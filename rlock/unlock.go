@@ -10,8 +10,10 @@ import (
 )
 
 // Unlock releases one level of the hold carried by lockCtx. The final level
-// deletes the lock, publishes an unlock message that wakes one waiter, stops
-// renewals and cancels lockCtx with cause ErrUnlocked.
+// gives the lock to the next waiter: a goroutine of this Client while the
+// Client's turn lasts (no round trip), else the head of the Redis queue, told
+// by one message; with no one waiting the lock is deleted and announced. It
+// stops renewals and cancels lockCtx with cause ErrUnlocked.
 //
 // Unlock works even when lockCtx is cancelled; it retries connection errors for
 // up to the unlock timeout with an idempotent request, so a retried release never
