@@ -343,6 +343,9 @@ func TestCohortOneQueueEntryPerClient(t *testing.T) {
 	if overlap.Load() > 0 {
 		t.Errorf("holders overlapped %d time(s)", overlap.Load())
 	}
+	if samples == 0 {
+		t.Error("the queue was never sampled: the check below proves nothing")
+	}
 	if maxQueued > 1 {
 		t.Errorf("%d owners of one Client queued at once, want at most 1", maxQueued)
 	}
