@@ -88,6 +88,7 @@ type cohortPass struct {
 	token uint64
 	lease time.Duration
 	until time.Time
+	epoch uint64 // Client epoch of the command that last confirmed the hold
 }
 
 // promotion is a place in the Redis queue taken for a local waiter by the
@@ -97,7 +98,7 @@ type cohortPass struct {
 type promotion struct {
 	w        *pubsub.Waiter
 	owner    string
-	queuedAt time.Time
+	queuedAt core.Ticket
 	fence    uint64
 	retryIn  time.Duration
 	check    bool // ask Redis at once: the release handed the lock to no one
@@ -271,7 +272,8 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	}
 	lease, renewed := h.Lease()
 	until := h.ValidUntil()
-	if !renewed || time.Until(until) < lease/2 {
+	confirmed, epoch := h.Confirmed()
+	if !renewed || !confirmed || time.Until(until) < lease/2 {
 		return false
 	}
 	lw := co.waiters[0]
@@ -279,7 +281,7 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	if co.leader == lw {
 		co.leader = nil
 	}
-	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until}
+	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch}
 	co.next++
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold

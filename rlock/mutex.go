@@ -189,12 +189,12 @@ type acquisition struct {
 	owner  string
 	lease  time.Duration
 	renew  bool
-	sentAt time.Time // when the command that granted the lease was sent, or earlier
+	ticket core.Ticket // dates the command that granted the lease (or an earlier one)
 	reply  acquireReply
 	// queuedAt is when the last attempt that found the lock taken (and queued
 	// this owner) was sent. A release that hands the lock to this owner runs
 	// after that attempt, so a lease granted by it starts later than queuedAt.
-	queuedAt time.Time
+	queuedAt core.Ticket
 	// queuedFence is the fencing counter at that attempt: only a hand-off
 	// with higher tokens was sent after it. An older one, read late (the
 	// process was paused, say), granted a lease that may be long gone.
@@ -232,14 +232,14 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			return false, a.presumedRetry, nil
 		}
 	}
-	a.sentAt = time.Now()
+	a.ticket = c.NewTicket()
 	r, err := acquireScript(ctx, c, a.m.keys, a.owner, a.lease, false, w != nil)
 	if err != nil {
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			// The script may have run: make sure this owner holds nothing and
 			// is not queued, and carry on (if at all) under a new one.
 			abandon(c, a.m.keys, a.owner, a.lease.Milliseconds(), true)
-			a.owner, a.queuedAt = c.NewID(), time.Time{}
+			a.owner, a.queuedAt = c.NewID(), core.Ticket{}
 		}
 		return false, 0, err
 	}
@@ -250,7 +250,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	case 0:
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
-			a.queuedAt, a.queuedFence = a.sentAt, r.fence
+			a.queuedAt, a.queuedFence = a.ticket, r.fence
 			// Re-check often enough to keep our place in the queue, which
 			// lapses two watchdog timeouts after the last check. (Behind a
 			// renewed hold the holder's lease bounds it sooner: a blocked
@@ -259,7 +259,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 		return false, retry, nil
 	default: // abandoned owner: cannot happen for a fresh id, but never reuse it
-		a.owner, a.queuedAt = c.NewID(), time.Time{}
+		a.owner, a.queuedAt = c.NewID(), core.Ticket{}
 		return false, 0, nil
 	}
 }
@@ -273,11 +273,11 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // that attempt saw) is stale, read late, and ignored.
 func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 	first, last, ok := parseGrant(w.TakeData())
-	if !ok || a.queuedAt.IsZero() || first <= a.queuedFence || time.Since(a.queuedAt) > a.lease/2 {
+	if !ok || a.queuedAt.At().IsZero() || first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
 		return false
 	}
 	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}
-	a.sentAt = a.queuedAt
+	a.ticket = a.queuedAt
 	return true
 }
 
@@ -302,7 +302,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			m.t.abortTransit(m.name)
 			return nil, ErrClosed
 		}
-		h.StartUntil(p.until)
+		h.StartFrom(p.until, p.epoch)
 		m.t.adopt(m.name, h)
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 		return m.withHold(ctx, lockCtx, h), nil
@@ -318,7 +318,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		}
 		return nil, m.wrap("lock", err)
 	}
-	h.Start(a.sentAt)
+	h.Start(a.ticket)
 	if a.renew && a.reply.last > a.reply.token {
 		// Tokens to spare: local waiters may be passed the lock.
 		m.t.form(m.name, h, a.reply.last, a.lw)
@@ -347,7 +347,10 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	}
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.Cfg.UnlockTimeout)
 	defer cancel()
-	sentAt := time.Now()
+	if lc.leaseSet {
+		h.SetFixedLease(lease)
+	}
+	t := h.Send(lease)
 	r, err := acquireScript(callCtx, m.c, m.keys, h.Owner, lease, true, false)
 	if err != nil {
 		return nil, m.wrap("re-enter", err)
@@ -356,11 +359,8 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 		h.End(ErrLeaseLost)
 		return nil, m.notHeld(ErrLeaseLost)
 	}
-	if lc.leaseSet {
-		h.SetFixedLease(lease)
-	}
 	h.SetCount(r.count)
-	h.Extend(sentAt, lease)
+	h.Extend(t, lease)
 	return ctx, nil
 }
 

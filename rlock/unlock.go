@@ -3,7 +3,6 @@ package rlock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/pubsub"
@@ -57,9 +56,8 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 			sw, successor = m.successorWait(h, next)
 		}
 		var r releaseReply
-		var sentAt time.Time
+		sentAt := h.Send(lease)
 		err := core.RetryTransient(ctx, func() (err error) {
-			sentAt = time.Now()
 			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successor)
 			return err
 		})
@@ -115,7 +113,7 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 // or, when the lock was kept, stays a local waiter to be passed the lock; a
 // place nobody takes up is given up, and when the release failed or found the
 // hold lost, h's cohort ends and the oldest waiter queues by itself.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner string, r releaseReply, sentAt time.Time, err error) {
+func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner string, r releaseReply, sentAt core.Ticket, err error) {
 	switch {
 	case err == nil && r.kept:
 		w.Leave(true)
@@ -149,7 +147,7 @@ func (m *Mutex) handOn(p *cohortPass) {
 		m.t.abortTransit(m.name) // closing: the lock expires in Redis
 		return
 	}
-	h.StartUntil(p.until)
+	h.StartFrom(p.until, p.epoch)
 	m.t.adopt(m.name, h)
 	_ = m.release(context.Background(), h, m.c.NewID())
 }

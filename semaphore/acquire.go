@@ -136,7 +136,7 @@ type acquisition struct {
 	cfg    acquireConfig
 	lease  time.Duration
 	renew  bool
-	sentAt time.Time
+	ticket core.Ticket // dates the last attempt
 	got    int64
 }
 
@@ -147,7 +147,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	if w != nil {
 		w.SetTag(a.id)
 	}
-	a.sentAt = time.Now()
+	a.ticket = s.c.NewTicket()
 	r, err := s.acquireScript(ctx, a.id, a.want, a.lease, w != nil)
 	if err != nil {
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
@@ -194,7 +194,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		}
 		return nil, s.wrap("acquire", err)
 	}
-	h.Start(a.sentAt)
+	h.Start(a.ticket)
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
 }
 

@@ -29,6 +29,9 @@ type Client struct {
 	Mux *pubsub.Multiplexer
 
 	seq atomic.Uint64
+	// lost counts connection errors seen: every one of them may hide a
+	// restart or a lost reply, so holds confirmed before it are unconfirmed.
+	lost atomic.Uint64
 
 	mu        sync.Mutex
 	holds     map[*Hold]struct{}
@@ -153,6 +156,22 @@ func (c *Client) unregister(h *Hold) {
 	c.mu.Lock()
 	delete(c.holds, h)
 	c.mu.Unlock()
+}
+
+// Epoch changes whenever the Client sees a connection error: holds confirmed
+// by a command sent in an earlier epoch may have been lost in Redis meanwhile.
+func (c *Client) Epoch() uint64 { return c.lost.Load() }
+
+// NoteError records a command error. One that is not a Redis reply (a dropped
+// or stalled connection, a timeout) starts a new epoch: the command may have
+// run, or Redis may have restarted, without the Client knowing.
+func (c *Client) NoteError(err error) {
+	if err == nil {
+		return
+	}
+	if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+		c.lost.Add(1)
+	}
 }
 
 // Of returns the machinery behind a public client value (an *rlock.Client);

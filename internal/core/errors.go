@@ -8,4 +8,7 @@ var (
 	ErrLeaseLost = errors.New("rlock: lease lost")
 	ErrUnlocked  = errors.New("rlock: unlocked")
 	ErrClosed    = errors.New("rlock: client closed")
+	// ErrAbandoned: the Client gave a hold up because a command's outcome on
+	// it could not be learned (see AbandonError).
+	ErrAbandoned = errors.New("rlock: hold abandoned")
 )

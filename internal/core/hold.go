@@ -16,6 +16,20 @@ type Kind struct {
 
 // Hold is one owner's possession of a lock or of permits, from acquisition to
 // release or loss. Its lock context is cancelled when it ends.
+//
+// What the Client believes of a hold never outruns Redis:
+//   - Validity is dated from the first send of the command whose result it
+//     records (a Ticket), never from a retry or from the reply: Redis ran the
+//     command after it was sent, so its lease runs out later than we think.
+//   - Sending a command that may shorten the lease shortens the validity at
+//     once, before its reply: the command may run even if its reply is lost.
+//   - Results apply in the order their commands were sent (a per-hold
+//     generation): a reply that arrives after a newer one is ignored, and a
+//     renewal result never applies to a hold that stopped being renewed.
+//   - A hold is confirmed while no connection error was seen since the command
+//     that last confirmed it was sent (see Client.Epoch); an unconfirmed hold
+//     may be gone in Redis without the Client knowing (a restart, ForceUnlock),
+//     so it passes nothing on locally until Redis confirms it again.
 type Hold struct {
 	c      *Client
 	kind   *Kind
@@ -30,13 +44,35 @@ type Hold struct {
 
 	mu        sync.Mutex
 	lease     time.Duration
-	renew     bool        // the watchdog extends it
-	expiry    *time.Timer // fires when the last confirmed lease runs out
-	until     time.Time   // when the last confirmed lease runs out (minus the drift margin)
-	count     int64       // hold count (re-entries) as last confirmed by Redis
-	releasing int         // releases in flight: a renewal that finds the hold gone is theirs to judge
+	maxLease  time.Duration // longest lease any command of this hold may have set
+	renew     bool          // the watchdog extends it
+	expiry    *time.Timer   // fires when the last confirmed lease runs out
+	until     time.Time     // when the last confirmed lease runs out (minus the drift margin)
+	sent      uint64        // generation of the last command sent
+	applied   uint64        // generation of the last result applied
+	epoch     uint64        // Client epoch at the send of the last confirming command
+	count     int64         // hold count (re-entries) as last confirmed by Redis
+	releasing int           // releases in flight: a renewal that finds the hold gone is theirs to judge
 	ended     bool
 	cause     error
+}
+
+// Ticket dates one command that sets a hold's lease: when it was first sent,
+// its place in the hold's order of commands, and the Client's epoch then.
+// Take it once per command, before the first send, and keep it across retries.
+type Ticket struct {
+	gen   uint64
+	at    time.Time
+	epoch uint64
+}
+
+// At is when the command was first sent.
+func (t Ticket) At() time.Time { return t.at }
+
+// NewTicket dates a command that is not yet a hold's (an acquisition): it
+// becomes the hold's first result through Start.
+func (c *Client) NewTicket() Ticket {
+	return Ticket{at: time.Now(), epoch: c.Epoch()}
 }
 
 // DriftMargin is subtracted from a lease when computing when the holder must
@@ -59,22 +95,22 @@ func validUntil(sentAt time.Time, lease time.Duration) time.Time {
 
 // NewHold describes a hold; Register it, then Start it.
 func (c *Client) NewHold(kind *Kind, key, owner string, token uint64, lease time.Duration, renew bool, cancel context.CancelCauseFunc) *Hold {
-	return &Hold{c: c, kind: kind, Key: key, Owner: owner, Token: token, cancel: cancel, lease: lease, renew: renew}
+	return &Hold{c: c, kind: kind, Key: key, Owner: owner, Token: token, cancel: cancel, lease: lease, maxLease: lease, renew: renew}
 }
 
-// Start arms the expiry timer for a lease granted by a command sent at sentAt.
-// Call it once, after Register.
-func (h *Hold) Start(sentAt time.Time) {
-	h.StartUntil(validUntil(sentAt, h.lease))
+// Start arms the expiry timer for the lease granted by the acquisition dated
+// by t. Call it once, after Register.
+func (h *Hold) Start(t Ticket) {
+	h.StartFrom(validUntil(t.at, h.lease), t.epoch)
 }
 
-// StartUntil arms the expiry timer for a lease known to be valid until until
-// (a hold taken over from another one of the same owner field). Call it once,
-// after Register.
-func (h *Hold) StartUntil(until time.Time) {
+// StartFrom arms the expiry timer for a lease known to be valid until until,
+// confirmed by a command sent in Client epoch epoch (a hold taken over from
+// another one of the same owner field). Call it once, after Register.
+func (h *Hold) StartFrom(until time.Time, epoch uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.until = until
+	h.until, h.epoch = until, epoch
 	h.expiry = time.AfterFunc(time.Until(until), func() { h.End(ErrLeaseLost) })
 }
 
@@ -84,6 +120,15 @@ func (h *Hold) ValidUntil() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.until
+}
+
+// Confirmed reports whether no connection error was seen since the command
+// that last confirmed the hold was sent, and the epoch of that command.
+func (h *Hold) Confirmed() (ok bool, epoch uint64) {
+	h.mu.Lock()
+	epoch = h.epoch
+	h.mu.Unlock()
+	return epoch == h.c.Epoch(), epoch
 }
 
 // SetCount records the hold count Redis reported.
@@ -101,13 +146,64 @@ func (h *Hold) Count() (n int64, releasing bool) {
 	return h.count, h.releasing > 0
 }
 
-// Extend records that a command sent at sentAt set the lease to lease again.
-func (h *Hold) Extend(sentAt time.Time, lease time.Duration) {
+// Send dates a command about to be sent that sets the hold's lease to lease
+// if it runs. The validity is shortened at once to what that lease allows,
+// since the command may run even if its reply is lost.
+func (h *Hold) Send(lease time.Duration) Ticket {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.ended && h.expiry != nil {
-		h.until = validUntil(sentAt, lease)
-		h.expiry.Reset(time.Until(h.until))
+	return h.sendLocked(lease)
+}
+
+func (h *Hold) sendLocked(lease time.Duration) Ticket {
+	h.sent++
+	t := Ticket{gen: h.sent, at: time.Now(), epoch: h.c.Epoch()}
+	h.maxLease = max(h.maxLease, lease)
+	if u := validUntil(t.at, lease); !h.ended && h.expiry != nil && u.Before(h.until) {
+		h.until = u
+		h.expiry.Reset(time.Until(u))
+	}
+	return t
+}
+
+// Extend records that the command dated by t set the lease to lease. It is
+// ignored (and reports false) when a result of a later command was applied
+// already, or the hold ended.
+func (h *Hold) Extend(t Ticket, lease time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.extendLocked(t, lease)
+}
+
+func (h *Hold) extendLocked(t Ticket, lease time.Duration) bool {
+	if h.ended || h.expiry == nil || t.gen <= h.applied {
+		return false
+	}
+	h.applied = t.gen
+	h.until = validUntil(t.at, lease)
+	h.expiry.Reset(time.Until(h.until))
+	h.epoch = max(h.epoch, t.epoch)
+	return true
+}
+
+// sendRenewal dates a watchdog renewal; ok is false when the hold is no
+// longer the watchdog's to renew.
+func (h *Hold) sendRenewal(lease time.Duration) (t Ticket, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.renew || h.ended {
+		return Ticket{}, false
+	}
+	return h.sendLocked(lease), true
+}
+
+// renewed applies a watchdog renewal's result, unless the hold stopped being
+// renewed since (its lease is now fixed, or it was given up).
+func (h *Hold) renewed(t Ticket, lease time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.renew {
+		h.extendLocked(t, lease)
 	}
 }
 
@@ -130,6 +226,7 @@ func (h *Hold) End(cause error) {
 		return
 	}
 	h.ended, h.cause = true, cause
+	h.renew = false
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
@@ -167,13 +264,9 @@ func (h *Hold) Lease() (lease time.Duration, renewed bool) {
 	return h.lease, h.renew
 }
 
-func (h *Hold) renewable() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.renew && !h.ended
-}
-
-// SetFixedLease turns a watchdog hold into one with a fixed lease.
+// SetFixedLease turns a watchdog hold into one with a fixed lease. Call it
+// before sending the command that sets that lease, so that no renewal sent
+// after it, nor the result of one sent before, extends the hold again.
 func (h *Hold) SetFixedLease(lease time.Duration) {
 	h.mu.Lock()
 	h.renew, h.lease = false, lease

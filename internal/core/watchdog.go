@@ -50,23 +50,25 @@ func (c *Client) renewAll(budget time.Duration) {
 	for kind, holds := range byKind {
 		for len(holds) > 0 {
 			var group []*Hold
+			var tickets []Ticket
 			for len(holds) > 0 && len(group) < batch {
-				if holds[0].renewable() {
+				if t, ok := holds[0].sendRenewal(lease); ok {
 					group = append(group, holds[0])
+					tickets = append(tickets, t)
 				}
 				holds = holds[1:]
 			}
 			if len(group) == 0 {
 				continue
 			}
-			sentAt := time.Now()
 			renewed, err := kind.Renew(ctx, c, group, lease)
+			c.NoteError(err)
 			if err != nil || len(renewed) != len(group) {
 				continue
 			}
 			for i, h := range group {
 				if renewed[i] == 1 {
-					h.Extend(sentAt, lease)
+					h.renewed(tickets[i], lease)
 				} else {
 					h.gone()
 				}
