@@ -203,8 +203,8 @@ func (c *conn) onMessage(m rueidis.PubSubMessage) {
 			w.signal()
 			continue
 		}
-		if len(w.wake) > 0 {
-			continue // already due to re-check
+		if len(w.wake) > 0 || w.deaf {
+			continue // already due to re-check, or a listener only
 		}
 		// Strict arrival order: a waiter that does not fit is not overtaken by
 		// smaller ones behind it, or large requests would starve.
@@ -219,8 +219,9 @@ func (c *conn) onMessage(m rueidis.PubSubMessage) {
 	}
 }
 
-// wakeTagged signals the Waiter of channel tagged tag, if it lives here,
-// leaving data for it when there is any.
+// wakeTagged signals the Waiters of channel tagged tag that live here (a tag
+// names one owner, which may listen with more than one Waiter for a moment),
+// leaving data for them when there is any.
 func (c *conn) wakeTagged(channel, tag, data string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -231,7 +232,6 @@ func (c *conn) wakeTagged(channel, tag, data string) {
 					w.data = data
 				}
 				w.signal()
-				return
 			}
 		}
 	}

@@ -15,6 +15,7 @@ type Waiter struct {
 	// Links of the channel's FIFO queue, guarded by conn.mu.
 	prev, next *Waiter
 	left       bool
+	deaf       bool // takes no budget (see IgnoreBudget), guarded by conn.mu
 }
 
 // C receives a value when the Waiter should re-check the resource it waits
@@ -76,4 +77,24 @@ func (w *Waiter) signal() bool {
 	default:
 		return false
 	}
+}
+
+// IgnoreBudget makes the Waiter pass over budget messages (see the package
+// documentation): only a message addressed to its tag, WakeAll, a reconnect or
+// Notify wake it. For a listener that waits for no release of its own, so
+// that it never takes a wake-up meant for a waiter.
+func (w *Waiter) IgnoreBudget() {
+	w.conn.mu.Lock()
+	w.deaf = true
+	w.conn.mu.Unlock()
+}
+
+// Live reports whether the Waiter's channel is subscribed on the current
+// connection: while it is, every message published on the channel reaches the
+// Waiter's queue. It is false from the moment a lost connection is noticed until
+// the channel is subscribed again (and every Waiter woken).
+func (w *Waiter) Live() bool {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return !w.left && w.entry.confirmed && w.conn.entries[w.entry.channel] == w.entry
 }

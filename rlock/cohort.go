@@ -34,6 +34,17 @@ import (
 //
 // Only holds with the watchdog's lease take part: a WithLease hold keeps its
 // own fixed lease, which a hand-off could not honour.
+//
+// A local pass costs no round trip, so it cannot ask Redis whether the lock is
+// still ours; it refuses whenever the Client knows or suspects otherwise, and
+// the release then goes through Redis, which settles it. A pass is made only
+// while the hold is confirmed (no connection error seen since the command
+// that last confirmed it was sent: a restart, a lost reply), the lock's
+// channel has stayed subscribed since before the acquisition, and no message
+// addressed to the owner field arrived (ForceUnlock sends one). What remains
+// is the time a ForceUnlock message, or the loss of the connection, takes to
+// reach the Client: a pass made in that window gives the next goroutine a
+// token below the new holder's (see the package documentation).
 const (
 	cohortPasses    = 8
 	cohortSpan      = time.Second
@@ -67,6 +78,10 @@ type cohort struct {
 	since   time.Time      // start of this turn
 	waiters []*localWaiter // arrival order
 	leader  *localWaiter   // waits in Redis for the Client, or is about to
+	// watch hears messages addressed to the owner field while held (tagged
+	// with it, deaf to wake-up budgets): one from ForceUnlock, or a wake
+	// after a reconnect, means the hold may be gone.
+	watch *pubsub.Waiter
 }
 
 // localWaiter is one waiting Lock call, as the cohort sees it.
@@ -89,6 +104,7 @@ type cohortPass struct {
 	lease time.Duration
 	until time.Time
 	epoch uint64 // Client epoch of the command that last confirmed the hold
+	late  bool   // see core.Hold.LateAttempts
 }
 
 // promotion is a place in the Redis queue taken for a local waiter by the
@@ -98,6 +114,7 @@ type cohortPass struct {
 type promotion struct {
 	w        *pubsub.Waiter
 	owner    string
+	secret   string
 	queuedAt core.Ticket
 	fence    uint64
 	retryIn  time.Duration
@@ -224,14 +241,18 @@ func (t *cohorts) takePromotion(lw *localWaiter) *promotion {
 
 // form records h, just acquired in Redis with tokens token..last by the Lock
 // call of lw (nil if it had none), as the Client's holder of the lock, free to
-// pass it on while the budget lasts.
-func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter) {
+// pass it on while the budget lasts. The cohort takes watch (see cohort.watch).
+func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, watch *pubsub.Waiter) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.get(name)
 	if !co.held {
 		co.refs++
 	}
+	if co.watch != nil {
+		co.watch.Leave(true)
+	}
+	co.watch = watch
 	if lw != nil && co.leader == lw {
 		co.leader = nil
 	}
@@ -270,6 +291,9 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	if co == nil || co.hold != h || len(co.waiters) == 0 || !co.canPass(time.Now()) {
 		return false
 	}
+	if !co.trusted(h) {
+		return false
+	}
 	lease, renewed := h.Lease()
 	until := h.ValidUntil()
 	confirmed, epoch := h.Confirmed()
@@ -281,12 +305,28 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	if co.leader == lw {
 		co.leader = nil
 	}
-	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch}
+	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts}
 	co.next++
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold
 	lw.wake()
 	return true
+}
+
+// trusted reports whether nothing the Client heard puts h's hold in doubt:
+// its watch is live and got no message. A message (anyone may publish one)
+// only sends the release through Redis, which confirms or refutes the hold.
+func (co *cohort) trusted(h *core.Hold) bool {
+	if co.watch == nil || !co.watch.Live() {
+		return false
+	}
+	select {
+	case <-co.watch.C():
+		h.Doubt()
+		return false
+	default:
+		return true
+	}
 }
 
 // successor picks the oldest local waiter as the Client's next leader when h,
@@ -364,6 +404,10 @@ func (t *cohorts) dissolveLocked(name string, co *cohort, h *core.Hold) {
 		return
 	}
 	co.held, co.hold = false, nil
+	if co.watch != nil {
+		co.watch.Leave(true)
+		co.watch = nil
+	}
 	co.refs--
 	if l := co.leader; l != nil && l.successor {
 		l.successor = false

@@ -30,4 +30,21 @@ var (
 	ErrInvalidOption = errors.New("rlock: invalid option")
 	// ErrClosed reports use of a Client after Close.
 	ErrClosed = core.ErrClosed
+	// ErrUnavailable reports a Lock that ended while Redis could not be
+	// reached (or refused the command): the error also wraps the last
+	// connection or Redis error, so errors.Is finds, say, syscall.ECONNREFUSED.
+	// ErrLocked is reported only when Redis said another owner holds the lock.
+	ErrUnavailable = core.ErrUnavailable
+	// ErrAbandoned reports a hold the Client gave up because the outcome of
+	// a command on it could not be learned: an Unlock, or a re-entry, that
+	// failed after its retries (Redis unreachable for longer than the unlock
+	// timeout, or the command denied). Renewals stop, so Redis frees the lock
+	// within one lease; the lock context is cancelled with a cause matching
+	// ErrLeaseLost and ErrAbandoned. The error is an *AbandonError, whose
+	// FreeBy says when the lock is free at the latest.
+	ErrAbandoned = core.ErrAbandoned
 )
+
+// AbandonError is the error of an Unlock or re-entry that gave its hold up:
+// see ErrAbandoned.
+type AbandonError = core.AbandonError

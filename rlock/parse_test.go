@@ -1,7 +1,10 @@
 package rlock
 
 import (
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
+	"strings"
 	"testing"
 )
 
@@ -34,16 +37,29 @@ func TestParseAcquireReply(t *testing.T) {
 }
 
 func TestParseGrant(t *testing.T) {
+	const secret = "00112233445566778899aabbccddeeff"
+	signed := func(secret, grant string) string {
+		sum := sha1.Sum([]byte(secret + ":" + grant))
+		return grant + ":" + hex.EncodeToString(sum[:])
+	}
 	for in, want := range map[string][2]uint64{"1:1": {1, 1}, "42:50": {42, 50},
 		"18446744073709551615:18446744073709551615": {1<<64 - 1, 1<<64 - 1}} {
-		if first, last, ok := parseGrant(in); !ok || first != want[0] || last != want[1] {
+		if first, last, ok := parseGrant(signed(secret, in), secret); !ok || first != want[0] || last != want[1] {
 			t.Errorf("parseGrant(%q) = %d, %d, %v; want %v", in, first, last, ok, want)
 		}
 	}
 	for _, in := range []string{"", "1", "0:0", "0:5", "5:4", "-1:2", "x:1", "1:y", "1 2", ":", "1:",
-		":1", "18446744073709551616:18446744073709551617", "+1:2", "1:2:3"} {
-		if first, last, ok := parseGrant(in); ok {
+		":1", "18446744073709551616:18446744073709551617", "+1:2"} {
+		if first, last, ok := parseGrant(signed(secret, in), secret); ok {
 			t.Errorf("parseGrant(%q) = %d, %d, want no grant", in, first, last)
+		}
+	}
+	// Without the secret no grant can be made, nor its tokens changed.
+	forged := []string{"1:2", "1:2:", "1:2:" + strings.Repeat("0", 40), signed("another secret", "1:2"),
+		strings.Replace(signed(secret, "1:2"), "1:2", "1:3", 1), strings.ToUpper(signed(secret, "1:2"))}
+	for _, in := range forged {
+		if first, last, ok := parseGrant(in, secret); ok {
+			t.Errorf("parseGrant(%q) = %d, %d: a forged grant was accepted", in, first, last)
 		}
 	}
 }

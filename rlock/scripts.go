@@ -2,6 +2,10 @@ package rlock
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,17 +66,37 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	return r, nil
 }
 
+// newSecret returns a waiter's secret: 128 random bits in hex, the proof a
+// hand-off message must carry (see mutex_lib.lua).
+func newSecret() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
 // parseGrant decodes the data of a message handing the lock to a queued
-// waiter (see mutex_lib.lua): "first:last", the fencing tokens reserved for
-// it, positive decimals with first <= last.
-func parseGrant(data string) (first, last uint64, ok bool) {
-	a, b, found := strings.Cut(data, ":")
-	if !found || len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 {
+// waiter (see mutex_lib.lua): "first:last:mac", the fencing tokens reserved
+// for it, positive decimals with first <= last, and mac, which must be
+// sha1hex(secret:first:last) for the waiter's secret. Anyone may publish on
+// the channel; without the secret no one can forge a grant or alter its tokens.
+func parseGrant(data, secret string) (first, last uint64, ok bool) {
+	a, rest, found := strings.Cut(data, ":")
+	if !found {
+		return 0, 0, false
+	}
+	b, mac, found := strings.Cut(rest, ":")
+	if !found || len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 || len(mac) != 2*sha1.Size {
 		return 0, 0, false
 	}
 	first, err1 := strconv.ParseUint(a, 10, 64)
 	last, err2 := strconv.ParseUint(b, 10, 64)
 	if err1 != nil || err2 != nil || first == 0 || last < first {
+		return 0, 0, false
+	}
+	sum := sha1.Sum([]byte(secret + ":" + a + ":" + b))
+	var want [2 * sha1.Size]byte
+	hex.Encode(want[:], sum[:])
+	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
 		return 0, 0, false
 	}
 	return first, last, true
@@ -81,21 +105,39 @@ func parseGrant(data string) (first, last uint64, ok bool) {
 // waiterLease is how long a queued waiter keeps its place without re-checking.
 func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
 
+// acquireArgs is one call of acquire.lua.
+type acquireArgs struct {
+	owner   string
+	secret  string // the waiter's secret, part of its queue entry
+	lease   time.Duration
+	enqueue bool   // join (or stay in) the queue when the lock is taken
+	reentry string // request id of a re-entry; "" for a first acquisition
+}
+
 // acquireScript runs acquire.lua. A contended acquisition (enqueue) reserves a
 // block of fencing tokens, which the holder may pass on to goroutines of its
 // Client (see cohort.go); an uncontended one takes a single token.
-func acquireScript(ctx context.Context, c *core.Client, k keys, owner string, lease time.Duration, reenter, enqueue bool) (acquireReply, error) {
+func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (acquireReply, error) {
 	block := "1"
-	if enqueue {
+	if a.enqueue {
 		block = tokenBlockArg
 	}
-	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(owner), k.queue, k.waiters, k.seq},
-		[]string{owner, ms(lease), flag(reenter), flag(enqueue), ms(waiterLease(c)), publishCommand, k.channel, block, tokenBlockArg}).AsIntSlice()
+	latch := k.lock // unused unless re-entering
+	if a.reentry != "" {
+		latch = k.latch(a.reentry)
+	}
+	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch},
+		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand, k.channel,
+			block, tokenBlockArg, a.secret, latchLifetime(c)}).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}
 	return parseAcquireReply(vals)
 }
+
+// latchLifetime is how long a request's result is kept for its retries: they
+// stop after the unlock timeout.
+func latchLifetime(c *core.Client) string { return ms(c.Cfg.UnlockTimeout + time.Second) }
 
 // releaseReply is release.lua's answer.
 type releaseReply struct {
@@ -123,25 +165,32 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 }
 
 // releaseScript runs release.lua. successor, when not empty, is the owner id
-// under which a local waiter is queued behind the release (or for which the
-// lock is kept; see release.lua).
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor string) (releaseReply, error) {
+// (and secret) under which a local waiter is queued behind the release (or for
+// which the lock is kept; see release.lua). bury leaves a tombstone of owner
+// when the release frees it: an acquisition attempt of it may still run late.
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor, secret string, bury bool) (releaseReply, error) {
 	entry := ""
 	if successor != "" {
-		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout)
+		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + secret
 	}
-	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, ms(c.Cfg.UnlockTimeout + time.Second), tokenBlockArg,
-			entry, ms(waiterLease(c))}).AsIntSlice()
+	tombstone := "0"
+	if bury {
+		tombstone = ms(c.Cfg.WatchdogTimeout)
+	}
+	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
+			entry, ms(waiterLease(c)), tombstone}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}
 	return parseReleaseReply(vals)
 }
 
-func abandonScript(ctx context.Context, c *core.Client, k keys, owner string, lease int64, tombstone bool) error {
+// abandonScript runs abandon.lua for owner, queued (if at all) with lease and
+// secret.
+func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
 	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-		[]string{owner, strconv.FormatInt(lease, 10), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone)}).Error()
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
@@ -173,12 +222,12 @@ func renewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease 
 // otherwise (passed on locally) and gives up its place in the queue. tombstone
 // makes an acquire.lua for owner still in flight refuse it; it is not needed
 // when none can be.
-func abandon(c *core.Client, k keys, owner string, lease int64, tombstone bool) {
-	c.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.Cfg.UnlockTimeout)
-		defer cancel()
+func abandon(c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) {
+	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
 		_ = core.RetryTransient(ctx, func() error {
-			return abandonScript(ctx, c, k, owner, lease, tombstone)
+			err := abandonScript(ctx, c, k, owner, secret, lease, tombstone)
+			c.NoteError(err)
+			return err
 		})
 	})
 }

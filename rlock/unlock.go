@@ -18,7 +18,11 @@ import (
 // up to the unlock timeout with an idempotent request, so a retried release never
 // counts twice. It fails with ErrNotHeld when lockCtx does not hold the lock (it
 // never did, it was already fully unlocked, or the lease was lost: then the
-// error also matches ErrLeaseLost); Redis is left unchanged then.
+// error also matches ErrLeaseLost); Redis is left unchanged then. When the
+// release itself fails (Redis unreachable past the unlock timeout, or the
+// command denied), the hold is given up: it fails with an *AbandonError
+// (ErrAbandoned), renewals stop so that Redis frees the lock within one lease
+// at the latest (the error says when), and lockCtx is cancelled.
 func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if m.err != nil {
 		return m.err
@@ -47,36 +51,47 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
 	defer cancel()
 	lease, _ := h.Lease()
-	for {
+	// At most two rounds: one that may keep the lock for a local waiter, and,
+	// if that waiter cannot take it after all, one that lets it go.
+	for mayKeep := final; ; mayKeep = false {
 		var next *localWaiter
 		var sw *pubsub.Waiter
-		var successor string
-		if final {
+		var successor, secret string
+		if mayKeep {
 			next = m.t.successor(m.name, h)
-			sw, successor = m.successorWait(h, next)
+			sw, successor, secret = m.successorWait(h, next)
 		}
+		t := h.Send(lease)
 		var r releaseReply
-		sentAt := h.Send(lease)
 		err := core.RetryTransient(ctx, func() (err error) {
-			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successor)
+			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successor, secret, h.LateAttempts)
+			m.c.NoteError(err)
 			return err
 		})
 		if sw != nil {
-			m.placeSuccessor(h, next, sw, successor, r, sentAt, err)
+			m.placeSuccessor(h, next, sw, successor, secret, r, t, err)
 		}
 		switch {
 		case err != nil:
-			return m.wrap("unlock", err)
-		case r.kept:
+			m.t.dissolve(m.name, h)
+			ae := h.Abandon("unlock", err, func(ctx context.Context) error {
+				return abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, h.LateAttempts)
+			})
+			return m.wrap("unlock", ae)
+		case r.kept && mayKeep:
 			// No one else waits in Redis: the lock stayed ours for the
-			// next local waiter. Pass it on (or, if it left, release it).
-			h.Extend(sentAt, lease)
+			// next local waiter. Pass it on; if that fails (it left, say),
+			// let the lock go in a second round.
+			h.Extend(t, lease)
 			if m.t.keep(m.name, h, next, r.first, r.last) && m.t.passOn(m.name, h) {
 				h.End(ErrUnlocked)
 				return nil
 			}
+			m.t.dissolve(m.name, h)
 			requestID = m.c.NewID()
 			continue
+		case r.kept:
+			return m.wrap("unlock", fmt.Errorf("unexpected reply: lock kept without a successor"))
 		case r.left < 0:
 			h.End(ErrLeaseLost)
 			return m.notHeld(ErrLeaseLost)
@@ -84,28 +99,28 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 			h.End(ErrUnlocked)
 		default:
 			h.SetCount(r.left)
-			h.Extend(sentAt, lease)
+			h.Extend(t, lease)
 		}
 		return nil
 	}
 }
 
 // successorWait prepares the release of h to queue next, the Client's next
-// leader, in Redis: a new owner id and a Waiter on the lock's channel tagged
-// with it before the release runs, so the hand-off message cannot arrive
-// unheard. Only a live subscription will do, so that Unlock never waits for
-// pub/sub (a reconnect, say). Without a successor or a live subscription h's
-// cohort ends here, and the oldest waiter queues by itself.
-func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, string) {
+// leader, in Redis: a new owner id (and secret) and a Waiter on the lock's
+// channel tagged with it before the release runs, so the hand-off message
+// cannot arrive unheard. Only a live subscription will do, so that Unlock
+// never waits for pub/sub (a reconnect, say). Without a successor or a live
+// subscription h's cohort ends here, and the oldest waiter queues by itself.
+func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (w *pubsub.Waiter, owner, secret string) {
 	if next != nil {
 		if w := m.c.Mux.SubscribeIfLive(m.keys.channel, 1); w != nil {
 			owner := m.c.NewID()
 			w.SetTag(owner)
-			return w, owner
+			return w, owner, newSecret()
 		}
 	}
 	m.t.dissolve(m.name, h)
-	return nil, ""
+	return nil, "", ""
 }
 
 // placeSuccessor settles next, named the successor in a release of h that
@@ -113,7 +128,8 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 // or, when the lock was kept, stays a local waiter to be passed the lock; a
 // place nobody takes up is given up, and when the release failed or found the
 // hold lost, h's cohort ends and the oldest waiter queues by itself.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner string, r releaseReply, sentAt core.Ticket, err error) {
+func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner, secret string, r releaseReply, sent core.Ticket, err error) {
+	wd := m.c.Cfg.WatchdogTimeout
 	switch {
 	case err == nil && r.kept:
 		w.Leave(true)
@@ -122,26 +138,29 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 		if r.granted == 0 {
 			retry = 0
 		}
-		p := &promotion{w: w, owner: owner, queuedAt: sentAt, fence: r.fence, check: r.granted == 0,
-			retryIn: min(retry, m.c.Cfg.WatchdogTimeout*4/5)}
+		p := &promotion{w: w, owner: owner, secret: secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
+			retryIn: min(retry, wd*4/5)}
 		if !m.t.promote(m.name, h, next, p) {
 			w.Leave(false)
-			abandon(m.c, m.keys, owner, m.c.Cfg.WatchdogTimeout.Milliseconds(), false)
+			abandon(m.c, m.keys, owner, secret, wd, false)
 		}
 	default:
 		m.t.dissolve(m.name, h)
 		w.Leave(false)
 		if err != nil { // the script may have queued it
-			abandon(m.c, m.keys, owner, m.c.Cfg.WatchdogTimeout.Milliseconds(), false)
+			abandon(m.c, m.keys, owner, secret, wd, true)
 		}
 	}
 }
 
 // handOn takes over a lock passed to a Lock call that is leaving, and unlocks
-// it at once: it goes to the next local waiter or back to Redis.
+// it at once: it goes to the next local waiter or back to Redis. A release
+// that fails gives the hold up (see release), so nothing is left behind
+// that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
 	h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
 	h.SetCount(1)
+	h.LateAttempts = p.late
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		m.t.abortTransit(m.name) // closing: the lock expires in Redis

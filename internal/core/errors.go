@@ -11,4 +11,6 @@ var (
 	// ErrAbandoned: the Client gave a hold up because a command's outcome on
 	// it could not be learned (see AbandonError).
 	ErrAbandoned = errors.New("rlock: hold abandoned")
+	// ErrUnavailable: a wait ended while Redis could not be reached.
+	ErrUnavailable = errors.New("rlock: redis unavailable")
 )

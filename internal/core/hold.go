@@ -36,7 +36,11 @@ type Hold struct {
 	Owner  string // owner field or permit id in Redis
 	Key    string // the key its Kind renews
 	Token  uint64 // fencing token, when the primitive has one
-	cancel context.CancelCauseFunc
+	// LateAttempts: an acquisition attempt of this owner field may still run
+	// in Redis (its reply was lost), so freeing the field must leave a
+	// tombstone against it. Set before Register.
+	LateAttempts bool
+	cancel       context.CancelCauseFunc
 
 	// Serial serialises the calls that change the hold count (re-entry,
 	// release) of one hold, so that the count known here is Redis's.
@@ -51,6 +55,7 @@ type Hold struct {
 	sent      uint64        // generation of the last command sent
 	applied   uint64        // generation of the last result applied
 	epoch     uint64        // Client epoch at the send of the last confirming command
+	doubt     bool          // told it may be gone (see Doubt) since its last confirmation
 	count     int64         // hold count (re-entries) as last confirmed by Redis
 	releasing int           // releases in flight: a renewal that finds the hold gone is theirs to judge
 	ended     bool
@@ -126,9 +131,20 @@ func (h *Hold) ValidUntil() time.Time {
 // that last confirmed the hold was sent, and the epoch of that command.
 func (h *Hold) Confirmed() (ok bool, epoch uint64) {
 	h.mu.Lock()
-	epoch = h.epoch
+	epoch, doubt := h.epoch, h.doubt
 	h.mu.Unlock()
-	return epoch == h.c.Epoch(), epoch
+	return !doubt && epoch == h.c.Epoch(), epoch
+}
+
+// Doubt records a hint that the hold may be gone in Redis (a message said so,
+// which anyone could have sent): it is unconfirmed until the next result of a
+// command sent after now is applied.
+func (h *Hold) Doubt() {
+	h.mu.Lock()
+	h.doubt = true
+	h.sent++ // results of commands sent before the hint confirm nothing
+	h.applied = h.sent
+	h.mu.Unlock()
 }
 
 // SetCount records the hold count Redis reported.
@@ -183,6 +199,7 @@ func (h *Hold) extendLocked(t Ticket, lease time.Duration) bool {
 	h.until = validUntil(t.at, lease)
 	h.expiry.Reset(time.Until(h.until))
 	h.epoch = max(h.epoch, t.epoch)
+	h.doubt = false
 	return true
 }
 
@@ -264,11 +281,13 @@ func (h *Hold) Lease() (lease time.Duration, renewed bool) {
 	return h.lease, h.renew
 }
 
-// SetFixedLease turns a watchdog hold into one with a fixed lease. Call it
-// before sending the command that sets that lease, so that no renewal sent
-// after it, nor the result of one sent before, extends the hold again.
-func (h *Hold) SetFixedLease(lease time.Duration) {
+// SetLease sets the hold's lease and whether the watchdog renews it. Call it
+// before sending the command that sets that lease: no renewal sent after it,
+// nor the result of one sent before, then extends a hold no longer renewed.
+func (h *Hold) SetLease(lease time.Duration, renew bool) {
 	h.mu.Lock()
-	h.renew, h.lease = false, lease
+	if !h.ended {
+		h.renew, h.lease = renew, lease
+	}
 	h.mu.Unlock()
 }

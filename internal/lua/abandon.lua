@@ -19,15 +19,20 @@
 -- ARGV[6]  fencing tokens to reserve for a queued waiter handed the lock
 -- ARGV[7]  "1" to leave the tombstone, "0" when no acquire.lua for the owner
 --          can be in flight (a waiter that got the lock otherwise)
+-- ARGV[8]  the owner's secret (its queue entry names it)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
 -- lock is free afterwards it goes to the head waiter (or is announced when this
 -- owner held it), so that the next waiter is not delayed by the one that left.
 local lock, owner = KEYS[1], ARGV[1]
+local denied = mutex_check_expire(lock)
+if denied then
+  return denied
+end
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
 end
-mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2]))
+mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2], ARGV[8]))
 local held = redis.call('HDEL', lock, owner)
 if redis.call('EXISTS', lock) == 0 then
   local message = nil

@@ -9,6 +9,7 @@
 -- KEYS[4]  queue zset (see mutex_lib.lua)
 -- KEYS[5]  waiter deadlines zset
 -- KEYS[6]  arrival counter
+-- KEYS[7]  re-entry only: result latch of this request (same hash tag)
 -- ARGV[1]  owner field (client id ":" hold id)
 -- ARGV[2]  lease in milliseconds, set on the hash on success (and the lease a
 --          queued waiter is handed the lock with)
@@ -21,6 +22,13 @@
 -- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
 --          block the holder may pass on to goroutines of its own process)
 -- ARGV[9]  fencing tokens to reserve for a queued waiter handed the lock
+-- ARGV[10] this waiter's secret (hex), part of its queue entry: a hand-off
+--          message proves itself with it (see mutex_lib.lua)
+-- ARGV[11] re-entry only: latch lifetime in milliseconds
+--
+-- A re-entry is idempotent per request: a retry whose first attempt ran (its
+-- reply was lost) returns the count that attempt reached instead of counting
+-- twice.
 --
 -- Returns an array:
 --   {1, token, count, last}  acquired (or found already handed to this owner
@@ -34,22 +42,32 @@
 --                      and is stale
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
+--   a NOPERM error     the user may not set the lock's expiry: nothing was changed
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
+local denied = mutex_check_expire(lock)
+if denied then
+  return denied
+end
 
 if ARGV[3] == '1' then
+  local done = redis.call('GET', KEYS[7])
+  if done then
+    return {1, 0, tonumber(done), 0}
+  end
   if redis.call('HEXISTS', lock, owner) == 0 then
     return {-1}
   end
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
+  redis.call('SET', KEYS[7], count, 'PX', ARGV[11])
   return {1, 0, count, 0}
 end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
-local entry = mutex_entry(owner, lease)
+local entry = mutex_entry(owner, lease, ARGV[10])
 local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who
@@ -68,9 +86,10 @@ if wait == -2 then
 else
   local count = redis.call('HGET', lock, owner)
   if count then
-    -- Handed to us while we were queued (its message may be lost or late).
+    -- Handed to us while we were queued (its message may be lost or late),
+    -- or taken by an attempt of ours whose reply was lost.
     redis.call('PEXPIRE', lock, lease)
-    local last = tonumber(redis.call('GET', fence))
+    local last = mutex_fence_now(fence)
     return {1, last, tonumber(count), last}
   end
 end

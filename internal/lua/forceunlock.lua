@@ -1,5 +1,7 @@
 -- forceunlock: delete a lock whoever holds it and hand it to the head waiter,
--- or announce it free when no one is queued (see mutex_lib.lua).
+-- or announce it free when no one is queued (see mutex_lib.lua). Each former
+-- owner field is told by a message '@' .. owner .. ' !' on the channel, so that
+-- a Client still holding it stops passing the lock to its own goroutines.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue zset (see mutex_lib.lua)
@@ -11,7 +13,15 @@
 -- ARGV[4]  fencing tokens to reserve for a queued waiter handed the lock
 --
 -- Returns 1 when a lock was deleted (and handed on or announced), 0 when none existed.
+local denied = mutex_check_expire(KEYS[1])
+if denied then
+  return denied
+end
+local owners = redis.call('HKEYS', KEYS[1])
 if redis.call('DEL', KEYS[1]) == 1 then
+  for _, owner in ipairs(owners) do
+    redis.call(ARGV[1], ARGV[2], '@' .. owner .. ' !')
+  end
   mutex_handoff(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], nil, tonumber(ARGV[4]))
   return 1
 end

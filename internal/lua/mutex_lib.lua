@@ -6,13 +6,18 @@
 --   waiters zset:   entry -> deadline (server time, ms); a waiter that stops
 --                   re-checking loses its place when it passes
 --   seq key:        arrival counter
--- An entry is owner field .. '/' .. lease in milliseconds: the lease the lock
--- is granted with when it is handed to that waiter (see mutex_handoff).
+-- An entry is owner field .. '/' .. lease .. '/' .. secret: the lease (ms) the
+-- lock is granted with when it is handed to that waiter (see mutex_handoff),
+-- and a random hex secret known only to the waiter and to whoever may read
+-- the queue key.
 --
 -- A lock that becomes free while waiters are queued is never left free: it is
 -- handed to the head waiter in the same script (direct hand-off), which learns
--- it from the message '@' .. owner .. ' ' .. first .. ':' .. last and holds the
--- lock without a further round trip. first..last is a block of fencing tokens
+-- it from the message '@' .. owner .. ' ' .. first .. ':' .. last .. ':' .. mac
+-- and holds the lock without a further round trip. mac is
+-- sha1hex(secret .. ':' .. first .. ':' .. last): anyone may publish on the
+-- channel, but only Redis (or a reader of the queue) can grant the lock, and
+-- the tokens cannot be altered. first..last is a block of fencing tokens
 -- reserved for the new holder (INCRBY): it takes the first and may give the
 -- rest to goroutines of its own process it passes the lock to (cohorting);
 -- any later acquisition gets a higher token.
@@ -34,18 +39,47 @@ end
 -- second are issued; resources that fence by token keep accepting writes.
 -- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
 local function mutex_tokens(fence, block)
-  local last = redis.call('INCRBY', fence, block)
-  if last == block then
-    -- The counter was missing (INCRBY started it from 0): start it from the clock.
-    local t = redis.call('TIME')
-    last = tonumber(t[1] .. string.rep('0', 6 - #t[2]) .. t[2]) + block
-    redis.call('SET', fence, string.format('%d', last))
+  if redis.call('EXISTS', fence) == 1 then
+    return redis.call('INCRBY', fence, block)
   end
+  -- The counter is missing: start it from the clock (read before any write,
+  -- so that a failure cannot leave a counter that restarts from zero).
+  local t = redis.call('TIME')
+  local last = tonumber(t[1] .. string.rep('0', 6 - #t[2]) .. t[2]) + block
+  redis.call('SET', fence, string.format('%d', last))
   return last
 end
 
-local function mutex_entry(owner, lease)
-  return owner .. '/' .. lease
+-- The fencing counter now, or a fresh token when it is missing (evicted, or
+-- deleted by hand): a token handed out must never be lower than one before.
+local function mutex_fence_now(fence)
+  local cur = redis.call('GET', fence)
+  if cur then
+    return tonumber(cur)
+  end
+  return mutex_tokens(fence, 1)
+end
+
+-- Refuses to start a script that may create the lock hash when this Redis
+-- user may not set its expiry: a denial between HSET and PEXPIRE would leave
+-- a lock that never expires. Redis < 7 has no acl_check_cmd: no check there.
+local function mutex_check_expire(lock)
+  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', lock, '1') then
+    return redis.error_reply('NOPERM this user has no permission to run PEXPIRE on ' .. lock .. ', which the lock scripts need; nothing was changed')
+  end
+  return nil
+end
+
+-- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so
+-- that a late acquire.lua of that field is refused.
+local function mutex_bury(tombstone, ms)
+  if ms ~= '0' then
+    redis.call('SET', tombstone, 1, 'PX', ms)
+  end
+end
+
+local function mutex_entry(owner, lease, secret)
+  return owner .. '/' .. lease .. '/' .. secret
 end
 
 -- Forgets waiters whose deadline passed (their process stopped re-checking).
@@ -104,16 +138,18 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, mess
       return -1, 0
     end
     mutex_dequeue(queue, waiters, head)
-    local owner, lease = string.match(head, '^(.+)/(%d+)$')
+    local owner, lease, secret = string.match(head, '^(.+)/(%d+)/(%x+)$')
     if owner and tonumber(lease) > 0 then
       redis.call('HSET', lock, owner, 1)
       redis.call('PEXPIRE', lock, lease)
       local last = mutex_tokens(fence, block)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
-      redis.call(publish, channel, string.format('@%s %d:%d', owner, last - block + 1, last))
+      local grant = string.format('%d:%d', last - block + 1, last)
+      redis.call(publish, channel, '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       return tonumber(lease), last
     end
-    -- A malformed entry (not written by this version): dropped, next one.
+    -- A malformed entry (not written by this version): dropped, next one;
+    -- its waiter queues again at its next re-check.
     head = nil
   end
 end

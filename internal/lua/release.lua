@@ -19,6 +19,7 @@
 -- KEYS[4]  waiter deadlines zset
 -- KEYS[5]  fencing counter
 -- KEYS[6]  arrival counter
+-- KEYS[7]  tombstone of this owner field (see ARGV[10])
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds, re-set while holds remain (or the lock is kept)
 -- ARGV[3]  publish command: PUBLISH or SPUBLISH
@@ -26,8 +27,11 @@
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds
 -- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
--- ARGV[8]  successor's queue entry (owner field '/' lease ms), or '' for none
+-- ARGV[8]  successor's queue entry (owner field '/' lease ms '/' secret), or '' for none
 -- ARGV[9]  successor's waiter lease in milliseconds (see mutex_enqueue)
+-- ARGV[10] tombstone lifetime in milliseconds, or '0': when an acquisition
+--          attempt of this owner field may still run late (its reply was
+--          lost), freeing the field leaves a tombstone so that it is refused
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -41,6 +45,10 @@
 --                       with the fencing tokens first..last reserved
 local lock, latch, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
+local denied = mutex_check_expire(lock)
+if denied then
+  return denied
+end
 
 local done = redis.call('GET', latch)
 if done then
@@ -62,6 +70,7 @@ if left > 0 then
   redis.call('PEXPIRE', lock, lease)
   reply = string.format('%d', left)
 elseif ARGV[8] == '' then
+  mutex_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
   mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block)
   reply = '0'
@@ -72,6 +81,7 @@ else
     local last = mutex_tokens(fence, block)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
+    mutex_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
     local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block, head)
     mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], ARGV[9])

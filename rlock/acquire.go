@@ -1,0 +1,426 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
+)
+
+// A Lock call moves through these states (re-entry is separate: see reenter):
+//
+//	attempt   one acquire.lua without queueing; skipped when goroutines of
+//	          this Client already hold or wait for the lock
+//	            acquired -> held; taken -> (TryLock: fail) cohort or queued
+//	cohort    a watchdog Lock waits in its Client (see cohort.go) until it is
+//	            passed the lock -> held
+//	            made the leader with a place queued for it -> queued (presumed)
+//	            made the leader without one -> queued
+//	queued    subscribed to the lock's channel, queued in Redis under one
+//	          owner id for the whole call, re-checking on wake-ups and at the
+//	          holder's lease end
+//	            acquire.lua says acquired, or a hand-off message proven with
+//	            the waiter's secret -> held
+//	            a pass from this Client's holder -> held (place given up)
+//	            wait over (ctx, wait timeout, Close) -> failed (place given up)
+//	held      a Hold is registered; the lock context is returned
+//
+// An attempt whose reply is lost leaves the owner id in place: the next
+// attempt finds the hold or the queue place it may have made, and the hold's
+// final release (or the abandon when the call fails) leaves a tombstone
+// against the attempt still running late.
+
+func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
+	lc, err := newLockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if !m.c.Enter() {
+		return nil, ErrClosed
+	}
+	defer m.c.Exit()
+	if h := m.holdOf(ctx); h != nil {
+		return m.reenter(ctx, h, lc)
+	}
+	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true}
+	if lc.leaseSet {
+		a.lease, a.renew = lc.lease, false
+	}
+	// The wait timeout starts with the wait: a local one, or after the first
+	// attempt.
+	waitCtx := ctx
+	var cancelWait context.CancelFunc
+	defer func() {
+		if cancelWait != nil {
+			cancelWait()
+		}
+	}()
+	startWait := func() {
+		if lc.waitSet && cancelWait == nil {
+			waitCtx, cancelWait = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{lc.waitTimeout})
+		}
+	}
+	defer a.leave()
+	joinCohort := func() (done bool, lockCtx context.Context, err error) {
+		lw, lead := m.t.join(m.name)
+		a.lw = lw
+		if lead {
+			return false, nil, nil
+		}
+		a.sawHolder = true // this Client holds the lock, or waits for it in Redis
+		startWait()
+		select {
+		case <-lw.ready:
+		case <-waitCtx.Done():
+			return true, nil, a.failure(core.CtxError(waitCtx))
+		}
+		if a.pass = m.t.take(lw, nil); a.pass != nil {
+			lockCtx, err = a.hold(ctx)
+			return true, lockCtx, err
+		}
+		if p := m.t.takePromotion(lw); p != nil {
+			// The release that ended our Client's turn queued us in Redis.
+			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.owner, p.secret, true, p.queuedAt, p.fence
+			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
+			if err := m.c.WaitWith(waitCtx, p.w, a.try); err != nil {
+				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
+				return true, nil, a.failure(err)
+			}
+			lockCtx, err = a.hold(ctx)
+			return true, lockCtx, err
+		}
+		return false, nil, nil // the leader now: queue in Redis
+	}
+	a.cohort = wait && a.renew
+	// A first attempt, unless the lock is known to be contended: goroutines
+	// of this Client hold or wait for it (then the attempt could only fail).
+	if !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.channel) == 0) {
+		ok, wait2, err := a.try(ctx, nil)
+		switch {
+		case err != nil && wait && core.Retryable(ctx, err):
+			// A dropped connection is no reason to give up a blocking Lock:
+			// the wait below retries with backoff while ctx lasts.
+		case err != nil:
+			if a.uncertain {
+				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
+			}
+			return nil, a.failure(err)
+		case ok:
+			return a.hold(ctx)
+		case !wait:
+			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
+		}
+	}
+	if a.cohort {
+		if done, lockCtx, err := joinCohort(); done {
+			return lockCtx, err
+		}
+	}
+	startWait()
+	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
+		// Give up our place in the queue (and anything the last attempt
+		// may have taken), so the next waiter is not held up.
+		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
+		return nil, a.failure(err)
+	}
+	return a.hold(ctx)
+}
+
+// waitTimeoutError is the cause of a wait that ran out of WithWaitTimeout;
+// acquisition.failure tells what it means.
+type waitTimeoutError struct{ d time.Duration }
+
+func (e *waitTimeoutError) Error() string { return "wait timeout of " + e.d.String() + " ran out" }
+
+func (e *waitTimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// acquisition is one Lock call's first acquisition, retried while waiting.
+type acquisition struct {
+	m      *Mutex
+	owner  string // owner id, kept for the whole call (see the states above)
+	secret string // proves hand-off messages to this owner (see parseGrant)
+	lease  time.Duration
+	renew  bool
+	ticket core.Ticket // dates the command that granted the lease (or an earlier one)
+	reply  acquireReply
+	// queuedAt dates the last attempt that found the lock taken (and queued
+	// this owner). A release that hands the lock to this owner runs after
+	// that attempt, so a lease granted by it starts later than queuedAt.
+	queuedAt core.Ticket
+	// queuedFence is the fencing counter at that attempt: only a hand-off
+	// with higher tokens was sent after it. An older one, read late (the
+	// process was paused, say), granted a lease that may be long gone.
+	queuedFence uint64
+	queued      bool // an attempt may have queued this owner in Redis
+	// uncertain: an attempt's reply was lost; it may still run late.
+	uncertain bool
+	// What the last attempt learned, for the error of a call that fails.
+	sawHolder bool  // Redis said another owner holds the lock
+	lastErr   error // the attempt failed to reach Redis (or Redis refused)
+	// presumeQueued: a release queued this owner (see promotion); the first
+	// attempt only waits, presumedRetry at most.
+	presumeQueued bool
+	presumedRetry time.Duration
+	cohort        bool // a blocking Lock with the watchdog's lease: it may join a cohort
+
+	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
+	pass  *cohortPass    // the lock passed on by a hold of this Client
+	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+}
+
+// try makes one attempt. With w set it queues in Redis while the lock is
+// taken, and tags w with the owner id, so that a release can hand it the lock
+// by name; a hand-off that came in since the last attempt is taken without
+// asking Redis.
+func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	c := a.m.c
+	if a.lw != nil {
+		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
+			return true, 0, nil
+		}
+	}
+	if w != nil {
+		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
+		if a.handedOff(w) {
+			a.listen(w)
+			return true, 0, nil
+		}
+		a.queued = true
+		if a.presumeQueued {
+			a.presumeQueued = false
+			return false, a.presumedRetry, nil
+		}
+	}
+	t := c.NewTicket()
+	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
+	if err != nil {
+		c.NoteError(err)
+		a.lastErr, a.sawHolder = err, false
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+			// The script may have run, or may still run: this owner may
+			// hold the lock or a place in the queue. Keep the owner, so that
+			// the next attempt finds either; only a round trip may confirm a
+			// hand-off from now on.
+			a.uncertain = true
+			a.queuedAt = core.Ticket{}
+		}
+		return false, 0, err
+	}
+	a.lastErr = nil
+	switch r.status {
+	case 1:
+		a.reply, a.ticket = r, t
+		if w != nil {
+			a.listen(w)
+		}
+		return true, 0, nil
+	case 0:
+		a.sawHolder = true
+		retry := c.RetryAfter(r.wait)
+		if w != nil {
+			a.queuedAt, a.queuedFence = t, r.fence
+			// Re-check often enough to keep our place in the queue, which
+			// lapses two watchdog timeouts after the last check. (Behind a
+			// renewed hold the holder's lease bounds it sooner: a blocked
+			// waiter costs about one script call per 20-30s.)
+			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
+		}
+		return false, retry, nil
+	default: // abandoned owner: a previous call gave it up; never reuse it
+		a.owner, a.secret, a.queuedAt = c.NewID(), newSecret(), core.Ticket{}
+		return false, 0, nil
+	}
+}
+
+// handedOff reports whether a release handed the lock to this owner: a
+// message proven with our secret woke w. The lease was granted after
+// queuedAt, which then dates the hold; when that leaves less than half the
+// lease, the caller confirms with a round trip instead (acquire.lua finds the
+// hold and sets its lease again), so a hold never starts nearly expired. A
+// hand-off sent before the last attempt (its tokens are not above the fencing
+// counter that attempt saw) is stale, read late, and ignored.
+func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
+	first, last, ok := parseGrant(w.TakeData(), a.secret)
+	if !ok || a.queuedAt.At().IsZero() || first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
+		return false
+	}
+	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}
+	a.ticket = a.queuedAt
+	return true
+}
+
+// listen keeps hearing messages addressed to this owner once it holds the
+// lock, from a subscription that has been live since before the acquisition
+// (w's): ForceUnlock tells a holder so (see cohort.watch).
+func (a *acquisition) listen(w *pubsub.Waiter) {
+	if !a.renew || a.watch != nil {
+		return // only watchdog holds pass the lock on
+	}
+	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.channel, 1); l != nil {
+		l.IgnoreBudget()
+		l.SetTag(a.owner)
+		a.watch = l
+	}
+}
+
+// leave ends what the call still has in its Client when it returns: its place
+// among the cohort's waiters (a pass or a promotion that came as it left goes
+// on to the next) and a listener no cohort took.
+func (a *acquisition) leave() {
+	m := a.m
+	if a.lw != nil {
+		p, promo := m.t.leave(m.name, a.lw)
+		if p != nil {
+			m.handOn(p)
+		}
+		if promo != nil {
+			promo.w.Leave(false)
+			abandon(m.c, m.keys, promo.owner, promo.secret, m.c.Cfg.WatchdogTimeout, false)
+		}
+	}
+	if a.watch != nil {
+		a.watch.Leave(true)
+	}
+}
+
+// failure is the error of a Lock call that ends without the lock. Where the
+// wait ran out it tells why, from what the last attempt learned: ErrLocked
+// only when Redis said another owner holds the lock; ErrUnavailable, wrapping
+// the last error, when Redis could not be reached or refused.
+func (a *acquisition) failure(err error) error {
+	m := a.m
+	var timeout *waitTimeoutError
+	timedOut := errors.As(err, &timeout)
+	waitOver := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case !waitOver:
+		return m.wrap("lock", err)
+	case a.lastErr != nil:
+		return fmt.Errorf("%w: lock %q: %w; last error: %w", ErrUnavailable, m.name, err, a.lastErr)
+	case timedOut && a.sawHolder:
+		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, timeout.d, context.DeadlineExceeded)
+	case timedOut:
+		return fmt.Errorf("%w: lock %q: no answer from Redis: %w", ErrUnavailable, m.name, err)
+	}
+	return m.wrap("lock", err)
+}
+
+// hold turns a successful acquisition into a lock context. If ctx ended in the
+// meantime the lock is given back, so a cancelled Lock never leaves a hold.
+func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
+	m := a.m
+	if p := a.pass; p != nil {
+		if a.queued {
+			// Our place in the Redis queue is of no use now.
+			abandon(m.c, m.keys, a.owner, a.secret, a.lease, a.uncertain)
+		}
+		if err := ctx.Err(); err != nil {
+			m.handOn(p)
+			return nil, m.wrap("lock", err)
+		}
+		lockCtx, cancel := context.WithCancelCause(ctx)
+		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h.SetCount(1)
+		h.LateAttempts = p.late
+		if !m.c.Register(h) {
+			h.End(ErrUnlocked)
+			m.t.abortTransit(m.name)
+			return nil, ErrClosed
+		}
+		h.StartFrom(p.until, p.epoch)
+		m.t.adopt(m.name, h)
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+		return m.withHold(ctx, lockCtx, h), nil
+	}
+	lockCtx, cancel := context.WithCancelCause(ctx)
+	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h.SetCount(a.reply.count)
+	h.LateAttempts = a.uncertain
+	if err := ctx.Err(); err != nil || !m.c.Register(h) {
+		h.End(ErrUnlocked)
+		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
+		if err == nil {
+			err = ErrClosed
+		}
+		return nil, m.wrap("lock", err)
+	}
+	h.Start(a.ticket)
+	if a.renew && a.reply.last > a.reply.token && a.watch != nil {
+		// Tokens to spare, and a listener for ForceUnlock: local waiters
+		// may be passed the lock.
+		m.t.form(m.name, h, a.reply.last, a.lw, a.watch)
+		a.watch = nil
+		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+	}
+	return m.withHold(ctx, lockCtx, h), nil
+}
+
+func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold) context.Context {
+	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
+	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer})
+}
+
+// reenter increments the hold count of h, idempotently per request: a retry
+// whose first attempt ran returns that attempt's count. The call is not
+// abandoned halfway when ctx ends, because a count raised in Redis but unknown
+// to the caller would never be unlocked; when its outcome stays unknown after
+// the unlock timeout, the whole hold is given up (see core.Hold.Abandon).
+func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (context.Context, error) {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
+	if ended, cause := h.State(); ended {
+		return nil, m.notHeld(cause)
+	}
+	lease, renewed := h.Lease()
+	if lc.leaseSet {
+		// A fixed lease from now on: no more renewals, and no more local
+		// passes, which only a renewed hold can honour.
+		m.t.dissolve(m.name, h)
+		h.SetLease(lc.lease, false)
+	}
+	newLease := lease
+	if lc.leaseSet {
+		newLease = lc.lease
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.Cfg.UnlockTimeout)
+	defer cancel()
+	requestID := m.c.NewID()
+	t := h.Send(newLease)
+	var r acquireReply
+	err := core.RetryTransient(callCtx, func() (err error) {
+		r, err = acquireScript(callCtx, m.c, m.keys, acquireArgs{owner: h.Owner, lease: newLease, reentry: requestID})
+		m.c.NoteError(err)
+		return err
+	})
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+			// Refused before it changed anything: the hold is as it was.
+			h.SetLease(lease, renewed)
+			return nil, m.wrap("re-enter", err)
+		}
+		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
+			return abandonScript(ctx, m.c, m.keys, h.Owner, "-", newLease, false)
+		})
+		return nil, m.wrap("re-enter", ae)
+	}
+	if r.status != 1 {
+		h.End(ErrLeaseLost)
+		return nil, m.notHeld(ErrLeaseLost)
+	}
+	h.SetCount(r.count)
+	h.Extend(t, newLease)
+	return ctx, nil
+}
