@@ -31,11 +31,11 @@ type Kind struct {
 //     may be gone in Redis without the Client knowing (a restart, ForceUnlock),
 //     so it passes nothing on locally until Redis confirms it again.
 type Hold struct {
-	c      *Client
-	kind   *Kind
-	Owner  string // owner field or permit id in Redis
-	Key    string // the key its Kind renews
-	Token  uint64 // fencing token, when the primitive has one
+	c     *Client
+	kind  *Kind
+	Owner string // owner field or permit id in Redis
+	Key   string // the key its Kind renews
+	Token uint64 // fencing token, when the primitive has one
 	// LateAttempts: an acquisition attempt of this owner field may still run
 	// in Redis (its reply was lost), so freeing the field must leave a
 	// tombstone against it. Set before Register.
