@@ -1,6 +1,9 @@
 package rlock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ReleaseWithRequestID releases one level of the hold carried by lockCtx as
 // Unlock does, but under the given release request id, so that a test can
@@ -38,4 +41,29 @@ func WaitingInClient(c *Client, name string) int {
 		return len(co.waiters)
 	}
 	return 0
+}
+
+// WatchSignalled reports whether the listener of c's cohort for the lock name
+// (see cohort.watch) has heard a message addressed to its owner field.
+func WatchSignalled(c *Client, name string) bool {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	co := c.t.m[name]
+	return co != nil && co.watch != nil && len(co.watch.C()) > 0
+}
+
+// CohortHeld reports whether a hold of c owns the lock name as a cohort that
+// may pass it on locally.
+func CohortHeld(c *Client, name string) bool {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	co := c.t.m[name]
+	return co != nil && co.held && co.watch != nil
+}
+
+// AcquireScript runs acquire.lua once for a first acquisition by owner,
+// without queueing, and returns its decoded reply (status, token, count).
+func AcquireScript(ctx context.Context, m *Mutex, owner string, lease time.Duration) (status int64, token uint64, count int64, err error) {
+	r, err := acquireScript(ctx, m.c, m.keys, acquireArgs{owner: owner, secret: "00", lease: lease})
+	return r.status, r.token, r.count, err
 }

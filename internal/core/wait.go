@@ -85,7 +85,7 @@ func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try func(ctx co
 		case <-ctx.Done():
 			err := CtxError(ctx)
 			if lastErr != nil {
-				err = fmt.Errorf("%w (last error: %v)", err, lastErr)
+				err = fmt.Errorf("%w (last error: %w)", err, lastErr)
 			}
 			return err
 		}
@@ -159,7 +159,7 @@ func RetryTransient(ctx context.Context, op func() error) error {
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		}
 		backoff = min(2*backoff, maxRetryBackoff)
 	}
