@@ -40,7 +40,7 @@ type entry struct {
 // Its goroutine (run) is the only one that sends SUBSCRIBE.
 //
 // It never sends UNSUBSCRIBE: rueidis (v1.0.79) panics on its reader goroutine
-// when Redis answers an UNSUBSCRIBE with BUSY or LOADING, which no recover can
+// when Redis answers an UNSUBSCRIBE with BUSY (a script runs), which no recover can
 // catch (see docs/upstream/rueidis-busy-unsubscribe.md). An idle channel stays
 // subscribed, its messages find no Waiter, until the connection is replaced by
 // a fresh one carrying only the live channels (retire).
