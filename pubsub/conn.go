@@ -2,6 +2,8 @@ package pubsub
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,9 +12,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// subscribeBatch caps the channels named in one SUBSCRIBE or UNSUBSCRIBE, so
-// that resubscribing thousands of channels after a reconnect stays within
-// ordinary command sizes.
+// subscribeBatch caps the channels named in one SUBSCRIBE, so that
+// resubscribing thousands of channels after a reconnect stays within ordinary
+// command sizes.
 const subscribeBatch = 512
 
 const minReconnectBackoff = 10 * time.Millisecond
@@ -25,23 +27,30 @@ type entry struct {
 	n          int
 
 	confirmed bool          // Redis confirmed the subscription on the current connection
-	ready     chan struct{} // closed once confirmed (or failed)
-	err       error         // set when Redis refused the subscription
-	unsub     bool          // idle past its linger: unsubscribe at the next flush
+	ready     chan struct{} // closed once confirmed (or refused for good)
+	err       error         // set when Redis refused the subscription for good; the entry is detached
+	lastErr   error         // the last transient failure met while subscribing, until confirmed
+	idle      bool          // no Waiters, past the linger: retired with the connection
+	wake      bool          // signal every Waiter once confirmed: messages may have been lost
+	moving    bool          // being subscribed on a replacement connection (retire)
 	linger    *time.Timer
 }
 
 // conn owns one dedicated pub/sub connection and the channels hashed to it.
-// Its goroutine (run) is the only one that sends SUBSCRIBE and UNSUBSCRIBE, so
-// the two are serialised per channel and a channel's final state is always the
-// last one asked for.
+// Its goroutine (run) is the only one that sends SUBSCRIBE.
+//
+// It never sends UNSUBSCRIBE: rueidis (v1.0.79) panics on its reader goroutine
+// when Redis answers an UNSUBSCRIBE with BUSY (a script runs), which no recover can
+// catch (see docs/upstream/rueidis-busy-unsubscribe.md). An idle channel stays
+// subscribed, its messages find no Waiter, until the connection is replaced by
+// a fresh one carrying only the live channels (retire).
 type conn struct {
 	mux *Multiplexer
 
 	mu         sync.Mutex
 	entries    map[string]*entry
 	toSub      []*entry
-	toUnsub    []*entry
+	idle       int // confirmed entries with idle set
 	started    bool
 	reconnects int64
 
@@ -97,7 +106,12 @@ func (c *conn) addWaiter(e *entry, weight int64) *Waiter {
 		e.linger.Stop()
 		e.linger = nil
 	}
-	e.unsub = false
+	if e.idle {
+		e.idle = false
+		if e.confirmed {
+			c.idle--
+		}
+	}
 	w := &Waiter{wake: make(chan struct{}, 1), weight: weight, entry: e, conn: c}
 	if e.tail == nil {
 		e.head, e.tail = w, w
@@ -155,8 +169,8 @@ func (c *conn) leave(w *Waiter, satisfied bool) {
 			}
 		}
 	}
-	if e.n > 0 {
-		return
+	if e.n > 0 || c.entries[e.channel] != e {
+		return // others wait, or the entry was refused and detached
 	}
 	if c.mux.cfg.linger == 0 || !e.confirmed {
 		c.markIdle(e)
@@ -171,12 +185,27 @@ func (c *conn) leave(w *Waiter, satisfied bool) {
 	})
 }
 
-// markIdle queues e for unsubscription. Called with c.mu held.
+// markIdle marks e idle: it stays subscribed, ignored, until the connection
+// is retired. Called with c.mu held.
 func (c *conn) markIdle(e *entry) {
 	e.linger = nil
-	e.unsub = true
-	c.toUnsub = append(c.toUnsub, e)
+	e.idle = true
+	if e.confirmed {
+		c.idle++
+	}
 	c.kick()
+}
+
+// deleteEntry forgets e. Called with c.mu held.
+func (c *conn) deleteEntry(e *entry) {
+	if e.linger != nil {
+		e.linger.Stop()
+		e.linger = nil
+	}
+	if e.idle && e.confirmed {
+		c.idle--
+	}
+	delete(c.entries, e.channel)
 }
 
 // onMessage runs on rueidis's reading goroutine: it must not block.
@@ -237,19 +266,13 @@ func (c *conn) wakeTagged(channel, tag, data string) {
 	}
 }
 
-// wakeAll signals every Waiter; used after a reconnect.
-func (c *conn) wakeAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, e := range c.entries {
-		for w := e.head; w != nil; w = w.next {
-			w.signal()
-		}
-	}
-}
+// errRetired ends serve when the connection carries only idle channels: it is
+// closed, and no new one is opened until a channel is wanted.
+var errRetired = errors.New("pubsub: connection retired")
 
-// run keeps a dedicated connection alive for as long as the Multiplexer is
-// open, reconnecting with backoff and resubscribing everything after a loss.
+// run keeps a dedicated connection alive while the Multiplexer is open and
+// channels are wanted, reconnecting with backoff and resubscribing everything
+// after a loss.
 func (c *conn) run() {
 	defer c.mux.wg.Done()
 	ctx := c.mux.ctx
@@ -257,9 +280,8 @@ func (c *conn) run() {
 	reconnect := false
 	for {
 		connected := time.Now()
-		dc, _ := c.mux.client.Dedicate()
-		lost := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage})
-		c.serve(ctx, dc, lost, reconnect)
+		dc, lost := c.dial()
+		dc, err := c.serve(ctx, dc, lost, reconnect)
 		// Close rather than release: a connection that carried subscriptions,
 		// or that stalled, must not go back to the pool, and closing does not
 		// wait on a server that stopped answering.
@@ -268,6 +290,13 @@ func (c *conn) run() {
 			return
 		}
 		c.dropSubscriptions()
+		if errors.Is(err, errRetired) {
+			reconnect = false
+			if !c.waitForChannels(ctx) {
+				return
+			}
+			continue
+		}
 		reconnect = true
 		// A connection that lived a while was healthy: start backing off afresh.
 		// One that failed at once (server down) must not be redialled in a loop.
@@ -283,103 +312,286 @@ func (c *conn) run() {
 	}
 }
 
-// serve processes subscription changes on one connection until it is lost or
-// the Multiplexer closes.
-func (c *conn) serve(ctx context.Context, dc rueidis.DedicatedClient, lost <-chan error, reconnect bool) {
+func (c *conn) dial() (rueidis.DedicatedClient, <-chan error) {
+	dc, _ := c.mux.client.Dedicate()
+	return dc, dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage})
+}
+
+// waitForChannels blocks until a channel is wanted; false when the
+// Multiplexer closed.
+func (c *conn) waitForChannels(ctx context.Context) bool {
 	for {
-		if err := c.flush(ctx, dc); err != nil {
-			return
+		c.mu.Lock()
+		n := len(c.entries)
+		c.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		select {
+		case <-c.kicks:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// serve processes subscription changes on one connection until it is lost,
+// retired, or the Multiplexer closes. It returns the connection it ended with
+// (a retirement replaces it) for the caller to close.
+func (c *conn) serve(ctx context.Context, dc rueidis.DedicatedClient, lost <-chan error, reconnect bool) (rueidis.DedicatedClient, error) {
+	var retryIn time.Duration // backoff after a transient failure; 0 when none
+	for {
+		retry, err := c.flush(ctx, dc)
+		if err != nil {
+			return dc, err
 		}
 		if reconnect {
 			reconnect = false
 			c.mu.Lock()
 			c.reconnects++
 			c.mu.Unlock()
-			// Messages published while we were away are lost: every waiter
-			// re-checks now rather than sitting out its lease.
-			c.wakeAll()
+		}
+		if !retry && c.shouldRetire() {
+			ndc, nlost, err := c.retire(ctx, dc)
+			switch {
+			case errors.Is(err, errRetired):
+				return dc, err
+			case err == nil:
+				dc.Close()
+				dc, lost = ndc, nlost
+				continue
+			case ctx.Err() != nil:
+				return dc, err
+			case transient(err):
+				retry = true
+			}
+			// A permanent refusal (an ACL revoked meanwhile) waits for the
+			// next change: the idle channels cost only memory.
+		}
+		var timer <-chan time.Time
+		if retry {
+			retryIn = min(max(2*retryIn, minReconnectBackoff), c.mux.cfg.maxBackoff)
+			timer = time.After(retryIn)
+		} else {
+			retryIn = 0
+		}
+		kicks := c.kicks
+		if retry {
+			// Subscribing more while Redis refuses would only meet the same
+			// error: newcomers wait for the retry.
+			kicks = nil
 		}
 		select {
-		case <-c.kicks:
+		case <-kicks:
+		case <-timer:
 		case <-lost:
-			return
+			return dc, errors.New("pubsub: connection lost")
 		case <-ctx.Done():
-			return
+			return dc, ctx.Err()
 		}
 	}
 }
 
-// flush sends the pending UNSUBSCRIBEs, then the pending SUBSCRIBEs. A
-// connection error is returned; a Redis error on SUBSCRIBE fails the entries
-// concerned (their waiters get the error) and keeps the connection.
-func (c *conn) flush(ctx context.Context, dc rueidis.DedicatedClient) error {
+// flush sends the pending SUBSCRIBEs. A connection error is returned; retry
+// reports that a transient Redis error (BUSY, LOADING, ...) left channels
+// pending, to be tried again after a backoff.
+func (c *conn) flush(ctx context.Context, dc rueidis.DedicatedClient) (retry bool, err error) {
 	c.mu.Lock()
-	var unsubs []string
-	for _, e := range c.toUnsub {
-		if c.entries[e.channel] != e || !e.unsub || e.n > 0 {
-			continue // rejoined, or already dropped
-		}
-		delete(c.entries, e.channel)
-		if e.confirmed {
-			unsubs = append(unsubs, e.channel)
-		}
-	}
-	c.toUnsub = nil
 	var subs []*entry
 	for _, e := range c.toSub {
-		if c.entries[e.channel] == e && !e.confirmed {
-			subs = append(subs, e)
+		if c.entries[e.channel] != e || e.confirmed {
+			continue // refused, or already subscribed
 		}
+		if e.n == 0 {
+			c.deleteEntry(e) // nobody waits any more: not worth a subscription
+			continue
+		}
+		subs = append(subs, e)
 	}
 	c.toSub = nil
 	c.mu.Unlock()
 
-	for start := 0; start < len(unsubs); start += subscribeBatch {
-		batch := unsubs[start:min(start+subscribeBatch, len(unsubs))]
-		if err := dc.Do(ctx, dc.B().Unsubscribe().Channel(batch...).Build()).Error(); err != nil {
-			return err
-		}
-	}
 	for start := 0; start < len(subs); start += subscribeBatch {
 		batch := subs[start:min(start+subscribeBatch, len(subs))]
-		names := make([]string, len(batch))
-		for i, e := range batch {
-			names[i] = e.channel
-		}
-		err := dc.Do(ctx, dc.B().Subscribe().Channel(names...).Build()).Error()
-		if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
-			c.requeue(subs[start:])
-			return err
-		}
-		c.mu.Lock()
-		for _, e := range batch {
-			if err != nil {
-				e.err = err
-				delete(c.entries, e.channel)
-			} else {
-				e.confirmed = true
+		if rest, err := c.subscribe(ctx, dc, batch); err != nil {
+			c.requeue(append(rest, subs[start+len(batch):]...), err)
+			if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+				return true, nil
 			}
-			close(e.ready)
+			return false, err
 		}
-		c.mu.Unlock()
 	}
-	return nil
+	return false, nil
 }
 
-func (c *conn) requeue(es []*entry) {
+// subscribe sends SUBSCRIBE for batch and settles its entries: confirmed, or
+// refused for good. It returns the entries left pending with the error that
+// stopped them: a connection error or a transient Redis error.
+func (c *conn) subscribe(ctx context.Context, dc rueidis.DedicatedClient, batch []*entry) ([]*entry, error) {
+	names := make([]string, len(batch))
+	for i, e := range batch {
+		names[i] = e.channel
+	}
+	err := dc.Do(ctx, dc.B().Subscribe().Channel(names...).Build()).Error()
+	if err != nil && !permanent(err) {
+		return batch, err
+	}
+	if err == nil || len(batch) == 1 {
+		c.settle(batch, err)
+		return nil, nil
+	}
+	// Redis refuses the whole command when one channel is denied (NOPERM):
+	// find it by halves, so that the others are not refused with it.
+	half := len(batch) / 2
+	if rest, err := c.subscribe(ctx, dc, batch[:half]); err != nil {
+		return append(rest, batch[half:]...), err
+	}
+	return c.subscribe(ctx, dc, batch[half:])
+}
+
+// settle records Redis's answer to the subscription of es: confirmed when
+// refusal is nil, else refused for good.
+func (c *conn) settle(es []*entry, refusal error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range es {
+		if c.entries[e.channel] != e {
+			continue
+		}
+		if refusal != nil {
+			c.refuse(e, refusal)
+			continue
+		}
+		e.confirmed = true
+		e.lastErr = nil
+		close(e.ready)
+		if e.idle {
+			c.idle++ // all its Waiters left while it was being subscribed
+		}
+		if e.wake {
+			// Messages published while the channel was not subscribed are
+			// lost: every waiter re-checks now rather than sitting out its lease.
+			e.wake = false
+			for w := e.head; w != nil; w = w.next {
+				w.signal()
+			}
+		}
+	}
+}
+
+// refuse detaches e after Redis refused its subscription for good, and tells
+// its Waiters (Waiter.Err). Called with c.mu held.
+func (c *conn) refuse(e *entry, err error) {
+	e.err = fmt.Errorf("%w: channel %q: %w", ErrSubscriptionRefused, e.channel, err)
+	c.deleteEntry(e)
+	close(e.ready)
+	for w := e.head; w != nil; w = w.next {
+		w.signal()
+	}
+}
+
+// requeue puts es back for the next flush, remembering why they wait.
+func (c *conn) requeue(es []*entry, err error) {
+	c.mu.Lock()
+	for _, e := range es {
+		e.lastErr = err
+	}
 	c.toSub = append(c.toSub, es...)
 	c.mu.Unlock()
 }
 
-// dropSubscriptions forgets the lost connection's subscriptions: channels with
-// waiters are queued for resubscription (new joiners wait for it), idle ones
-// are dropped.
+// shouldRetire reports whether idle channels are as many as live ones: then
+// replacing the connection costs at most one SUBSCRIBE per retired channel.
+func (c *conn) shouldRetire() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle > 0 && c.idle >= len(c.entries)-c.idle
+}
+
+// retire replaces old by a new connection subscribed to the live channels
+// only, which drops the idle ones without an UNSUBSCRIBE. The new connection
+// is subscribed before old is let go, so no message is lost: one published
+// meanwhile may arrive twice, a spurious wake that Waiters tolerate. It
+// returns errRetired when no channel is live: old should just be closed.
+func (c *conn) retire(ctx context.Context, old rueidis.DedicatedClient) (rueidis.DedicatedClient, <-chan error, error) {
+	c.mu.Lock()
+	var moving []*entry
+	for _, e := range c.entries {
+		if e.confirmed && !e.idle {
+			e.moving = true
+			moving = append(moving, e)
+		}
+	}
+	c.mu.Unlock()
+	if len(moving) == 0 {
+		return nil, nil, errRetired
+	}
+	abort := func(dc rueidis.DedicatedClient, err error) (rueidis.DedicatedClient, <-chan error, error) {
+		if dc != nil {
+			dc.Close()
+		}
+		c.mu.Lock()
+		for _, e := range moving {
+			e.moving = false
+		}
+		c.mu.Unlock()
+		return nil, nil, err
+	}
+	dc, lost := c.dial()
+	for start := 0; start < len(moving); start += subscribeBatch {
+		batch := moving[start:min(start+subscribeBatch, len(moving))]
+		names := make([]string, len(batch))
+		for i, e := range batch {
+			names[i] = e.channel
+		}
+		if err := dc.Do(ctx, dc.B().Subscribe().Channel(names...).Build()).Error(); err != nil {
+			return abort(dc, err)
+		}
+	}
+	// Every message old received before this reply was published before it,
+	// so it has been dispatched; later ones also reach dc.
+	fenceErr := old.Do(ctx, old.B().Ping().Build()).NonRedisError()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle = 0
+	for _, e := range c.entries {
+		switch {
+		case e.moving:
+			e.moving = false
+			if e.idle {
+				c.idle++ // went idle meanwhile
+			}
+			if fenceErr != nil {
+				// old may have dropped messages: re-check.
+				for w := e.head; w != nil; w = w.next {
+					w.signal()
+				}
+			}
+		case !e.confirmed:
+			// Pending: subscribed by the next flush, on dc.
+		case e.n == 0:
+			e.idle, e.confirmed = false, false
+			c.deleteEntry(e)
+		default:
+			// Rejoined while being retired: subscribed on old only.
+			e.confirmed = false
+			e.ready = make(chan struct{})
+			e.wake = true
+			c.toSub = append(c.toSub, e)
+		}
+	}
+	return dc, lost, nil
+}
+
+// dropSubscriptions forgets the closed connection's subscriptions: channels
+// with waiters are queued for resubscription (new joiners wait for it), idle
+// ones are dropped.
 func (c *conn) dropSubscriptions() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.toSub, c.toUnsub = c.toSub[:0], nil
+	c.toSub, c.idle = c.toSub[:0], 0
 	for ch, e := range c.entries {
+		e.moving = false
 		if e.n == 0 {
 			if e.linger != nil {
 				e.linger.Stop()
@@ -390,7 +602,30 @@ func (c *conn) dropSubscriptions() {
 		if e.confirmed {
 			e.confirmed = false
 			e.ready = make(chan struct{})
+			e.wake = true
 		}
 		c.toSub = append(c.toSub, e)
 	}
+}
+
+// transient reports whether err may go away by itself: a connection error, or
+// a Redis error such as BUSY (a script runs), LOADING, or NOAUTH/WRONGPASS
+// while credentials are rotated.
+func transient(err error) bool {
+	return err != nil && !permanent(err)
+}
+
+// permanent reports whether err is a Redis refusal that retrying will not
+// change, such as NOPERM for a channel.
+func permanent(err error) bool {
+	rerr, isRedis := rueidis.IsRedisErr(err)
+	if !isRedis {
+		return false
+	}
+	code, _, _ := strings.Cut(rerr.Error(), " ")
+	switch code {
+	case "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOAUTH", "WRONGPASS":
+		return false
+	}
+	return true
 }

@@ -11,8 +11,11 @@
 // Properties the lock packages rely on:
 //
 //   - Channels are reference counted: the first Waiter subscribes, later ones
-//     share the subscription, and the last one leaving unsubscribes after a short
-//     linger, so a lock that is contended on and off does not churn.
+//     share the subscription, and after the last one leaves (and a short linger,
+//     so a lock that is contended on and off does not churn) the channel goes
+//     idle. No UNSUBSCRIBE is ever sent (rueidis can crash on one answered with
+//     BUSY): idle channels are dropped by replacing the connection with one
+//     subscribed to the live channels only, once idle ones are as many.
 //   - A message wakes only as many local Waiters as it has work for, oldest
 //     first: the payload is a decimal budget (the permits or holds freed), and
 //     Waiters are woken in arrival order while their weights fit in it, at least
@@ -24,6 +27,9 @@
 //   - When a connection drops, the Multiplexer reconnects with backoff,
 //     resubscribes every channel and then wakes every Waiter at once, because
 //     messages published during the gap are lost (pub/sub delivery is at most
-//     once).
+//     once). A resubscription that meets a transient Redis error (BUSY,
+//     LOADING, NOAUTH while credentials rotate...) is retried until it
+//     succeeds; one refused for good (NOPERM) fails only the Waiters of the
+//     denied channel, which learn it from Waiter.Err.
 //   - There is no goroutine per Waiter or per channel: one per connection.
 package pubsub

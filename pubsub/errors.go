@@ -7,4 +7,9 @@ var (
 	ErrClosed = errors.New("pubsub: multiplexer closed")
 	// ErrInvalidChannel is returned for an empty channel name.
 	ErrInvalidChannel = errors.New("pubsub: invalid channel")
+	// ErrSubscriptionRefused wraps the Redis error (NOPERM for a channel the
+	// ACL denies, say) with which Redis refused a channel's subscription for
+	// good. Subscribe returns it, and Waiter.Err reports it to the Waiters of
+	// a channel whose resubscription was refused.
+	ErrSubscriptionRefused = errors.New("pubsub: subscription refused")
 )

@@ -72,7 +72,17 @@ func (m *Multiplexer) Subscribe(ctx context.Context, channel string) (*Waiter, e
 // the Waiter's queue. weight is what the Waiter needs from a message's budget
 // (the permits it asks for); values below 1 count as 1.
 //
-// On error (ctx done, Multiplexer closed) nothing is left behind.
+// While Redis answers with a transient error (BUSY while a script runs,
+// LOADING, MASTERDOWN, TRYAGAIN, NOAUTH or WRONGPASS while credentials are
+// rotated) or cannot be reached, it keeps retrying with backoff until ctx
+// ends; ctx's error is then returned wrapped together with the last such
+// error, so that errors.Is(err, context.DeadlineExceeded) holds and the
+// caller can still tell a busy or unreachable Redis from a quiet one. A
+// permanent refusal (NOPERM for a channel the ACL denies) is returned at once,
+// wrapped in ErrSubscriptionRefused.
+//
+// On error (ctx done, Multiplexer closed, subscription refused) nothing is
+// left behind.
 func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, weight int64) (*Waiter, error) {
 	if channel == "" {
 		return nil, ErrInvalidChannel
@@ -92,11 +102,17 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 		c.mu.Unlock()
 		if err != nil {
 			w.Leave(true)
-			return nil, fmt.Errorf("pubsub: subscribe %q: %w", channel, err)
+			return nil, err
 		}
 		return w, nil
 	case <-ctx.Done():
+		c.mu.Lock()
+		last := w.entry.lastErr
+		c.mu.Unlock()
 		w.Leave(false)
+		if last != nil {
+			return nil, fmt.Errorf("pubsub: subscribe %q: %w (last error: %w)", channel, ctx.Err(), last)
+		}
 		return nil, ctx.Err()
 	case <-m.closed:
 		w.Leave(false)

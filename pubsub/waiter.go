@@ -19,16 +19,41 @@ type Waiter struct {
 }
 
 // C receives a value when the Waiter should re-check the resource it waits
-// for: a message on its channel chose it, or the connection was re-established
-// after messages may have been lost, or the Multiplexer closed. It is also
-// closed to nothing: the channel is never closed.
+// for: a message on its channel chose it, or its channel was subscribed again
+// after messages may have been lost (a reconnect), or its subscription failed
+// for good (see Err). Wakes may be spurious: a re-check must not assume
+// anything changed. The channel is never closed; Done reports Close.
 func (w *Waiter) C() <-chan struct{} { return w.wake }
+
+// Err returns nil while the Waiter's subscription stands or is being restored
+// (Redis busy, connection lost: the Multiplexer retries). After Redis refused
+// to subscribe its channel again for good (an ACL revoked it: NOPERM), Err
+// returns that refusal, wrapped in ErrSubscriptionRefused, and C will never
+// receive a message: the Waiter should leave and give up or poll. After the
+// Multiplexer closed, Err returns ErrClosed. A refusal wakes the Waiter on C,
+// so a waiting goroutine checks Err after each wake.
+func (w *Waiter) Err() error {
+	w.conn.mu.Lock()
+	err := w.entry.err
+	w.conn.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-w.conn.mux.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
 
 // Done is closed when the Multiplexer is closed; waiting any longer is futile.
 func (w *Waiter) Done() <-chan struct{} { return w.conn.mux.closed }
 
 // Leave removes the Waiter from its channel's queue; the last Waiter leaving a
-// channel unsubscribes it (after the linger). satisfied tells whether the
+// channel lets it go idle after the linger: its messages are ignored, and the
+// subscription is dropped when the connection is next replaced, which happens
+// once idle channels are as many as live ones. satisfied tells whether the
 // Waiter got what it waited for. A Waiter that leaves unsatisfied, for example
 // because its context ended, hands its turn to the next Waiter in line, so that a
 // release it was woken for is not lost with it.
@@ -40,7 +65,7 @@ func (w *Waiter) Leave(satisfied bool) {
 // SetTag names the Waiter so that a message "@" + tag on its channel wakes it,
 // and only it: how a Redis-side queue hands a release to the waiter at its head,
 // wherever that waiter lives. An empty tag removes the name. Changing the tag
-// discards the data of messages addressed to the former one (see Data).
+// discards the data of messages addressed to the former one (see TakeData).
 func (w *Waiter) SetTag(tag string) {
 	w.conn.mu.Lock()
 	if w.tag != tag {
