@@ -66,7 +66,14 @@ func (c *Client) Mutex(name string) *Mutex {
 // released in Redis (a goroutine may still be inside its critical section); they
 // expire with their lease, and their lock contexts are cancelled at once with a
 // cause matching ErrLeaseLost and ErrClosed. Waiting Lock calls return
-// ErrClosed. Close waits for background work and is idempotent.
+// ErrClosed. Close is idempotent.
+//
+// Close returns promptly, even when Redis is unreachable: after the calls in
+// flight have returned, background clean-ups (waiters giving up their place in
+// a queue, acquisitions of unknown outcome being undone) get a short grace
+// (500ms) and are then cancelled; Close waits for them to return. What a
+// cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
+// lock's queue within two watchdog timeouts, a hold within its lease.
 func (c *Client) Close() error {
 	c.c.Close()
 	return nil
