@@ -29,8 +29,12 @@ func init() {
 }
 
 // New returns a Client using rc for commands and for dedicated pub/sub
-// connections. It does not talk to Redis until a lock is used. The caller
-// still owns rc and closes it after the Client.
+// connections. The caller still owns rc and closes it after the Client.
+//
+// New makes one round trip, bounded by WithProbeTimeout (1s): a probe of the
+// Redis user's rights (see WithProbe). It fails with an error matching
+// ErrPermission, naming the commands, when the user may not run what the locks
+// need; an unreachable Redis does not fail New.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidOption)
@@ -42,6 +46,9 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		}
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.probeRights(rc); err != nil {
 		return nil, err
 	}
 	c, err := core.NewClient(rc, cfg.core(), cfg.pubsubOpts)

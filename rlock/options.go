@@ -72,6 +72,8 @@ type config struct {
 	unlockTimeout   time.Duration
 	noExpiryPoll    time.Duration
 	pubsubOpts      []pubsub.Option
+	probe           bool          // see WithProbe
+	probeTimeout    time.Duration // see WithProbeTimeout
 }
 
 func defaultConfig() config {
@@ -80,6 +82,8 @@ func defaultConfig() config {
 		keyPrefix:       DefaultKeyPrefix,
 		unlockTimeout:   DefaultUnlockTimeout,
 		noExpiryPoll:    DefaultNoExpiryPoll,
+		probe:           true,
+		probeTimeout:    DefaultProbeTimeout,
 	}
 }
 
@@ -91,6 +95,9 @@ func (c *config) validate() error {
 		return err
 	}
 	if err := checkRange("WithNoExpiryPoll", c.noExpiryPoll, MinNoExpiryPoll, MaxNoExpiryPoll); err != nil {
+		return err
+	}
+	if err := checkRange("WithProbeTimeout", c.probeTimeout, MinProbeTimeout, MaxProbeTimeout); err != nil {
 		return err
 	}
 	return core.ValidatePrefix(c.keyPrefix, ErrInvalidName)
