@@ -48,12 +48,14 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.probeRights(rc); err != nil {
-		return nil, err
-	}
 	c, err := core.NewClient(rc, cfg.core(), cfg.pubsubOpts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	// Options are all checked: only now ask Redis.
+	if err := cfg.probeRights(rc); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return &Client{c: c, t: &cohorts{m: make(map[string]*cohort)}}, nil
 }

@@ -34,6 +34,9 @@ func TestOptionBounds(t *testing.T) {
 		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(math.MaxInt64), false},
 		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(time.Nanosecond), false},
 		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(rlock.MaxNoExpiryPoll), true},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(0), false},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(math.MaxInt64), false},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(rlock.MaxProbeTimeout), true},
 	} {
 		c, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix), tc.opt)
 		if tc.ok {
