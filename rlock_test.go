@@ -854,7 +854,6 @@ func TestBadInput(t *testing.T) {
 		{"WithLease(0)", rlock.WithLease(0)},
 		{"WithLease(-1s)", rlock.WithLease(-time.Second)},
 		{"WithLease(1us)", rlock.WithLease(time.Microsecond)},
-		{"WithWaitTimeout(0)", rlock.WithWaitTimeout(0)},
 		{"WithWaitTimeout(-1s)", rlock.WithWaitTimeout(-time.Second)},
 	} {
 		if _, err := m.Lock(ctx, opt.opt); !errors.Is(err, rlock.ErrInvalidLease) {

@@ -179,7 +179,7 @@ func TestBadInput(t *testing.T) {
 		add(fmt.Sprintf("Lock WithLease(%v)", d), rlock.ErrInvalidLease, func() error { return e2(free.Lock(bg, rlock.WithLease(d))) })
 		add(fmt.Sprintf("TryLock WithLease(%v)", d), rlock.ErrInvalidLease, func() error { return e2(free.TryLock(bg, rlock.WithLease(d))) })
 	}
-	for _, d := range []time.Duration{0, -time.Second} {
+	for _, d := range []time.Duration{-time.Second} { // 0 is one attempt
 		add(fmt.Sprintf("Lock WithWaitTimeout(%v)", d), rlock.ErrInvalidLease, func() error { return e2(free.Lock(bg, rlock.WithWaitTimeout(d))) })
 	}
 	add("Lock nil ctx", rlock.ErrInvalidOption, func() error { return e2(free.Lock(nilCtx)) })
@@ -256,7 +256,7 @@ func TestBadInput(t *testing.T) {
 		add(fmt.Sprintf("Drain WithLease(%v)", d), semaphore.ErrInvalidLease, func() error { return e3(sem.Drain(bg, semaphore.WithLease(d))) })
 		add(fmt.Sprintf("Lock.Lock WithLease(%v)", d), semaphore.ErrInvalidLease, func() error { return e2(lock.Lock(bg, semaphore.WithLease(d))) })
 	}
-	for _, d := range []time.Duration{0, -time.Second} {
+	for _, d := range []time.Duration{-time.Second} { // 0 is one attempt
 		add(fmt.Sprintf("Acquire WithWaitTimeout(%v)", d), semaphore.ErrInvalidLease, func() error {
 			return e2(sem.Acquire(bg, 1, semaphore.WithWaitTimeout(d)))
 		})

@@ -29,8 +29,12 @@ func init() {
 }
 
 // New returns a Client using rc for commands and for dedicated pub/sub
-// connections. It does not talk to Redis until a lock is used. The caller
-// still owns rc and closes it after the Client.
+// connections. The caller still owns rc and closes it after the Client.
+//
+// New makes one round trip, bounded by WithProbeTimeout (1s): a probe of the
+// Redis user's rights (see WithProbe). It fails with an error matching
+// ErrPermission, naming the commands, when the user may not run what the locks
+// need; an unreachable Redis does not fail New.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	if rc == nil {
 		return nil, fmt.Errorf("%w: nil rueidis client", ErrInvalidOption)
@@ -47,6 +51,11 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 	c, err := core.NewClient(rc, cfg.core(), cfg.pubsubOpts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	// Options are all checked: only now ask Redis.
+	if err := cfg.probeRights(rc); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return &Client{c: c, t: &cohorts{m: make(map[string]*cohort)}}, nil
 }
@@ -66,7 +75,14 @@ func (c *Client) Mutex(name string) *Mutex {
 // released in Redis (a goroutine may still be inside its critical section); they
 // expire with their lease, and their lock contexts are cancelled at once with a
 // cause matching ErrLeaseLost and ErrClosed. Waiting Lock calls return
-// ErrClosed. Close waits for background work and is idempotent.
+// ErrClosed. Close is idempotent.
+//
+// Close returns promptly, even when Redis is unreachable: after the calls in
+// flight have returned, background clean-ups (waiters giving up their place in
+// a queue, acquisitions of unknown outcome being undone) get a short grace
+// (500ms) and are then cancelled; Close waits for them to return. What a
+// cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
+// lock's queue within two watchdog timeouts, a hold within its lease.
 func (c *Client) Close() error {
 	c.c.Close()
 	return nil

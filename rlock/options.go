@@ -16,6 +16,53 @@ const (
 	DefaultNoExpiryPoll    = time.Second
 )
 
+// Bounds of the duration options. New, Lock and TryLock reject a value outside
+// them with an error naming the option, the value and the range. They keep
+// every computation the library makes on a duration (doubling, 4/5, adding a
+// second, milliseconds sent to Redis and added to its clock in Lua) far from
+// overflow and within Redis's expiry limits, and they refuse values that can
+// only be mistakes.
+const (
+	// MinWatchdogTimeout: the watchdog renews every third of the timeout and
+	// gives a renewal two thirds of it; below 100ms a renewal has under 70ms
+	// for its round trip, and a loaded machine (GC pause, -race) loses holds.
+	MinWatchdogTimeout = 100 * time.Millisecond
+	// MaxWatchdogTimeout: a crashed holder keeps its lock, and a vanished
+	// waiter its queue place (two timeouts), this long; a day is far beyond
+	// any sensible setting (the default is 30s).
+	MaxWatchdogTimeout = 24 * time.Hour
+	// MinUnlockTimeout: a shorter bound would fail releases that merely took
+	// a slow round trip.
+	MinUnlockTimeout = 10 * time.Millisecond
+	// MaxUnlockTimeout: Unlock blocks its caller up to this long, and every
+	// release leaves a small idempotency key in Redis for the timeout plus 1s;
+	// a longer bound only piles those keys up.
+	MaxUnlockTimeout = time.Minute
+	// MinNoExpiryPoll and MaxNoExpiryPoll bound the re-check interval of a
+	// lock without expiry: shorter would poll Redis in a tight loop.
+	MinNoExpiryPoll = 10 * time.Millisecond
+	MaxNoExpiryPoll = time.Hour
+	// MinLease is the shortest WithLease accepted (1ms, the resolution of
+	// Redis expiries).
+	MinLease = time.Millisecond
+	// MaxLease is the longest WithLease accepted: 30 days, far beyond any
+	// critical section, and small enough (2.6e9ms, below 2^32) that lease
+	// arithmetic in Go and Lua is exact.
+	MaxLease = 30 * 24 * time.Hour
+	// MaxWaitTimeout is the longest WithWaitTimeout accepted (30 days): to
+	// wait without bound, do not set one and bound ctx instead, or not at all.
+	MaxWaitTimeout = 30 * 24 * time.Hour
+)
+
+// checkRange reports d outside [lo, hi] as an error wrapping ErrInvalidLease
+// that names the option.
+func checkRange(option string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return fmt.Errorf("%w: %s(%v) is out of range: must be between %v and %v", ErrInvalidLease, option, d, lo, hi)
+	}
+	return nil
+}
+
 // Option configures a Client. Options are checked by New.
 type Option func(*config)
 
@@ -25,6 +72,8 @@ type config struct {
 	unlockTimeout   time.Duration
 	noExpiryPoll    time.Duration
 	pubsubOpts      []pubsub.Option
+	probe           bool          // see WithProbe
+	probeTimeout    time.Duration // see WithProbeTimeout
 }
 
 func defaultConfig() config {
@@ -33,21 +82,23 @@ func defaultConfig() config {
 		keyPrefix:       DefaultKeyPrefix,
 		unlockTimeout:   DefaultUnlockTimeout,
 		noExpiryPoll:    DefaultNoExpiryPoll,
+		probe:           true,
+		probeTimeout:    DefaultProbeTimeout,
 	}
 }
 
 func (c *config) validate() error {
-	if c.watchdogTimeout <= 0 {
-		return fmt.Errorf("%w: watchdog timeout must be positive, got %v", ErrInvalidLease, c.watchdogTimeout)
+	if err := checkRange("WithWatchdogTimeout", c.watchdogTimeout, MinWatchdogTimeout, MaxWatchdogTimeout); err != nil {
+		return err
 	}
-	if c.watchdogTimeout < 3*time.Millisecond {
-		return fmt.Errorf("%w: watchdog timeout must be at least 3ms, got %v", ErrInvalidLease, c.watchdogTimeout)
+	if err := checkRange("WithUnlockTimeout", c.unlockTimeout, MinUnlockTimeout, MaxUnlockTimeout); err != nil {
+		return err
 	}
-	if c.unlockTimeout <= 0 {
-		return fmt.Errorf("%w: unlock timeout must be positive, got %v", ErrInvalidLease, c.unlockTimeout)
+	if err := checkRange("WithNoExpiryPoll", c.noExpiryPoll, MinNoExpiryPoll, MaxNoExpiryPoll); err != nil {
+		return err
 	}
-	if c.noExpiryPoll <= 0 {
-		return fmt.Errorf("%w: no-expiry poll interval must be positive, got %v", ErrInvalidLease, c.noExpiryPoll)
+	if err := checkRange("WithProbeTimeout", c.probeTimeout, MinProbeTimeout, MaxProbeTimeout); err != nil {
+		return err
 	}
 	return core.ValidatePrefix(c.keyPrefix, ErrInvalidName)
 }
@@ -64,7 +115,9 @@ func (c *config) core() core.Config {
 // WithWatchdogTimeout sets the lease of holds taken without WithLease. The
 // watchdog renews such holds every third of it while they are held, so a
 // crashed holder's lock is free again at most this long after its last renewal.
-// Default 30s.
+// It also sets how long a waiter that stopped re-checking keeps its place in a
+// lock's queue (two timeouts). Default 30s; allowed MinWatchdogTimeout (100ms)
+// to MaxWatchdogTimeout (24h).
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) { c.watchdogTimeout = d }
 }
@@ -80,14 +133,14 @@ func WithKeyPrefix(p string) Option {
 // WithUnlockTimeout bounds how long Unlock keeps retrying a release whose
 // outcome is unknown (connection errors). Unlock does not stop when the lock
 // context is cancelled, which it is when the lease is lost; this bound applies
-// instead. Default 5s.
+// instead. Default 5s; allowed MinUnlockTimeout (10ms) to MaxUnlockTimeout (1m).
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) { c.unlockTimeout = d }
 }
 
 // WithNoExpiryPoll sets how often a waiter re-checks a lock whose key has no
 // expiry (set by hand, outside this library), where there is no lease to wait
-// out. Default 1s.
+// out. Default 1s; allowed MinNoExpiryPoll (10ms) to MaxNoExpiryPoll (1h).
 func WithNoExpiryPoll(d time.Duration) Option {
 	return func(c *config) { c.noExpiryPoll = d }
 }
@@ -103,9 +156,13 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	lease       time.Duration // 0: watchdog
-	waitTimeout time.Duration // 0: until ctx is done
+	waitTimeout time.Duration // 0: until ctx is done (or, with tryOnce, no wait)
 	leaseSet    bool
 	waitSet     bool
+	// tryOnce: WithWaitTimeout(0) was given, which means exactly one attempt,
+	// as TryLock. waitSet is also true with waitTimeout 0, so that a caller
+	// that does not look at tryOnce still waits no longer than the attempt.
+	tryOnce bool
 }
 
 func newLockConfig(opts []LockOption) (lockConfig, error) {
@@ -118,14 +175,16 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 			opt(&lc)
 		}
 	}
-	if lc.leaseSet && lc.lease <= 0 {
-		return lc, fmt.Errorf("%w: lease must be positive, got %v", ErrInvalidLease, lc.lease)
+	if lc.leaseSet {
+		if err := checkRange("WithLease", lc.lease, MinLease, MaxLease); err != nil {
+			return lc, err
+		}
 	}
-	if lc.leaseSet && lc.lease < time.Millisecond {
-		return lc, fmt.Errorf("%w: lease must be at least 1ms, got %v", ErrInvalidLease, lc.lease)
-	}
-	if lc.waitSet && lc.waitTimeout <= 0 {
-		return lc, fmt.Errorf("%w: wait timeout must be positive, got %v", ErrInvalidLease, lc.waitTimeout)
+	if lc.waitSet {
+		if err := checkRange("WithWaitTimeout", lc.waitTimeout, 0, MaxWaitTimeout); err != nil {
+			return lc, err
+		}
+		lc.tryOnce = lc.waitTimeout == 0
 	}
 	return lc, nil
 }
@@ -133,7 +192,8 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 // WithLease gives the hold a fixed lease: no watchdog renews it, and its lock
 // context is cancelled with ErrLeaseLost when the lease ends (slightly before
 // Redis expires the key, to allow for clock drift). On re-entry it re-sets the
-// hold's lease. Default: the watchdog keeps the hold until Unlock.
+// hold's lease. Default: the watchdog keeps the hold until Unlock. Allowed
+// MinLease (1ms) to MaxLease (30 days).
 func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.lease, c.leaseSet = d, true }
 }
@@ -142,6 +202,11 @@ func WithLease(d time.Duration) LockOption {
 // hold: the returned context derives from Lock's ctx, not from this timeout.
 // When it runs out, Lock fails with an error matching ErrLocked and
 // context.DeadlineExceeded. Default: wait until ctx is done.
+//
+// WithWaitTimeout(0) means one attempt and no wait, as TryLock (as in
+// Redisson, where a wait time of 0 tries once): when another owner holds the
+// lock the error matches ErrLocked. Negative values are rejected,
+// and so are values above MaxWaitTimeout (30 days).
 func WithWaitTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.waitTimeout, c.waitSet = d, true }
 }

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -41,7 +42,15 @@ type Client struct {
 	closeOnce sync.Once
 	calls     sync.WaitGroup // calls in flight (Enter/Exit)
 	bg        sync.WaitGroup // background goroutines (Go, watchdog)
+
+	bgCtx    context.Context // see BackgroundContext
+	bgCancel context.CancelFunc
 }
+
+// CloseGrace is how long Close lets background clean-ups (see Go) run before
+// it cancels BackgroundContext: long enough for scripts on a healthy Redis to
+// finish, short enough that Close with Redis unreachable returns promptly.
+const CloseGrace = 500 * time.Millisecond
 
 // NewClient builds the machinery; cfg must already be valid.
 func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Client, error) {
@@ -49,20 +58,31 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 	if err != nil {
 		return nil, err
 	}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Client{
-		RC:     rc,
-		ID:     uuid.NewString(),
-		Cfg:    cfg,
-		Mux:    mux,
-		holds:  make(map[*Hold]struct{}),
-		closed: make(chan struct{}),
+		RC:       rc,
+		ID:       uuid.NewString(),
+		Cfg:      cfg,
+		Mux:      mux,
+		holds:    make(map[*Hold]struct{}),
+		closed:   make(chan struct{}),
+		bgCtx:    bgCtx,
+		bgCancel: bgCancel,
 	}, nil
 }
 
 // Close stops the watchdog and the multiplexer, ends every hold with a cause
-// matching ErrLeaseLost and ErrClosed, waits for calls in flight to return
-// (waiting ones return ErrClosed) and then for their clean-ups and all other
-// background work.
+// matching ErrLeaseLost and ErrClosed, and waits for calls in flight to return
+// (waiting ones return ErrClosed). It then gives background work (see Go) up
+// to CloseGrace to finish, cancels BackgroundContext, and waits for that work
+// to return, so Close is prompt even when Redis is unreachable, as long as
+// background work honours BackgroundContext.
+//
+// Clean-ups cut short leave behind only what expires by itself: a Mutex
+// waiter's place in a queue lapses within two watchdog timeouts of its last
+// re-check (a semaphore waiter's within one), a hold or permit an acquisition
+// may have taken expires with its lease (the watchdog no longer renews it),
+// and a tombstone key with the lease it guards.
 func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -81,6 +101,19 @@ func (c *Client) Close() {
 		c.mu.Lock()
 		c.sealed = true
 		c.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			c.bg.Wait()
+			close(done)
+		}()
+		grace := time.NewTimer(CloseGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+		}
+		c.bgCancel()
+		<-done
 	})
 	c.bg.Wait()
 }
@@ -111,7 +144,9 @@ func (c *Client) IsClosed() bool {
 }
 
 // Go runs fn on a goroutine that Close waits for; it reports false (and does
-// not run fn) once Close has seen every call return.
+// not run fn) once Close has seen every call return. Background work that
+// talks to Redis should take its context from BackgroundContext (or use
+// GoCtx), so that Close can cut it short.
 func (c *Client) Go(fn func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,6 +160,27 @@ func (c *Client) Go(fn func()) bool {
 	}()
 	return true
 }
+
+// GoCtx is Go for work that takes a context: fn gets BackgroundContext, which
+// Close cancels after CloseGrace. A clean-up should derive its own deadline
+// from it, for example
+//
+//	c.GoCtx(func(bg context.Context) {
+//		ctx, cancel := context.WithTimeout(bg, c.Cfg.UnlockTimeout)
+//		defer cancel()
+//		_ = RetryTransient(ctx, op)
+//	})
+func (c *Client) GoCtx(fn func(ctx context.Context)) bool {
+	return c.Go(func() { fn(c.bgCtx) })
+}
+
+// BackgroundContext is the parent context for background work of the Client
+// (clean-ups started with Go or GoCtx, which outlive the call that started
+// them). It is never cancelled before Close; Close cancels it once every call
+// has returned and background work has had CloseGrace to finish, so work
+// derived from it stops promptly when Redis is unreachable. Work cut short
+// leaves in Redis only what expires by itself (see Close).
+func (c *Client) BackgroundContext() context.Context { return c.bgCtx }
 
 // NewID returns an id unique to this Client, for owner fields, permit ids and
 // release requests.

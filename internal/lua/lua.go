@@ -60,3 +60,11 @@ var (
 	SemLimit   = rueidis.NewLuaScript(semLibSrc + semLimitSrc)
 	SemRenew   = rueidis.NewLuaScript(semRenewSrc)
 )
+
+//go:embed probe.lua
+var probeSrc string
+
+// Probe checks that the current ACL user may run every command the scripts and
+// clients of the module run, on representative keys and channels (see
+// probe.lua). It returns the denied command names; it touches no key.
+var Probe = rueidis.NewLuaScript(probeSrc)

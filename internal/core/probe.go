@@ -1,0 +1,36 @@
+package core
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/lua"
+)
+
+// ProbeName is the name under the key prefix that Probe checks rights on: its
+// keys and channels are those of a Mutex and a semaphore called so.
+const ProbeName = "probe"
+
+// Probe asks Redis, in one script call that touches no key, whether the
+// client's ACL user may run every command the module's scripts and clients
+// run on keys and channels under prefix. It returns the denied commands
+// (upper case), or, when the probe itself is refused (NOPERM: EVALSHA, EVAL
+// or the probe's keys denied), the refusal. Any other failure (Redis
+// unreachable, a timeout, a server without ACLs or without
+// redis.acl_check_cmd, before Redis 7) yields neither: the probe cannot tell,
+// and the locks will report what goes wrong when they are used.
+func Probe(ctx context.Context, rc rueidis.Client, prefix string) (denied []string, refusal error) {
+	base := Base(prefix, ProbeName)
+	keys := []string{base, base + ":sem"}
+	channels := []string{base + ":unlock", base + ":sem:wake"}
+	names, err := lua.Probe.Exec(ctx, rc, keys, channels).AsStrSlice()
+	if err == nil {
+		return names, nil
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "NOPERM") {
+		return nil, re
+	}
+	return nil, nil
+}

@@ -1,0 +1,60 @@
+-- probe: checks, without running them, that the current ACL user may run every
+-- command the Mutex and semaphore scripts and clients run, on their keys and
+-- channels (redis.acl_check_cmd, Redis 7+). Touches no key.
+--
+-- KEYS[1..n] representative keys under the Client's prefix (a Mutex's lock key
+--            and a semaphore's state key)
+-- ARGV[1..m] representative channels (a Mutex's and a semaphore's)
+--
+-- Returns the names of the denied commands, without duplicates: {} when every
+-- command is allowed, or when the server cannot tell (no acl_check_cmd).
+if not redis.acl_check_cmd then
+  return {}
+end
+
+-- Each command with arguments shaped as the scripts send them; 'K' stands for
+-- each key in turn.
+local keyed = {
+  {'DEL', 'K'}, {'EXISTS', 'K'}, {'GET', 'K'}, {'SET', 'K', '1', 'PX', '1'},
+  {'INCR', 'K'}, {'INCRBY', 'K', '1'}, {'PEXPIRE', 'K', '1'}, {'PTTL', 'K'},
+  {'HDEL', 'K', 'f'}, {'HEXISTS', 'K', 'f'}, {'HGET', 'K', 'f'},
+  {'HINCRBY', 'K', 'f', '1'}, {'HSET', 'K', 'f', '1'},
+  {'ZADD', 'K', '1', 'm'}, {'ZCARD', 'K'}, {'ZRANGE', 'K', '0', '0'},
+  {'ZRANGEBYSCORE', 'K', '0', '0'}, {'ZREM', 'K', 'm'}, {'ZSCORE', 'K', 'm'},
+  {'EVAL', 'return 0', '1', 'K'},
+  {'EVALSHA', '0000000000000000000000000000000000000000', '1', 'K'},
+}
+-- 'C' stands for each channel in turn.
+local channeled = {
+  {'PUBLISH', 'C', 'm'}, {'SUBSCRIBE', 'C'}, {'UNSUBSCRIBE', 'C'},
+}
+
+local denied, seen = {}, {}
+local function check(cmd, args)
+  if seen[cmd] then
+    return
+  end
+  -- pcall: a command this server does not know is not a denial.
+  local ok, allowed = pcall(redis.acl_check_cmd, cmd, unpack(args))
+  if ok and not allowed then
+    seen[cmd] = true
+    denied[#denied + 1] = cmd
+  end
+end
+
+local function each(list, marker, values)
+  for _, spec in ipairs(list) do
+    for _, v in ipairs(values) do
+      local args = {}
+      for i = 2, #spec do
+        args[i - 1] = spec[i] == marker and v or spec[i]
+      end
+      check(spec[1], args)
+    end
+  end
+end
+
+check('TIME', {})
+each(keyed, 'K', KEYS)
+each(channeled, 'C', ARGV)
+return denied

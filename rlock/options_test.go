@@ -1,0 +1,119 @@
+package rlock_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/rlock"
+)
+
+// TestOptionBounds: duration options outside their documented range are
+// rejected by New with an error naming the option, the value and the range;
+// the bounds themselves are accepted.
+func TestOptionBounds(t *testing.T) {
+	e := ftNewEnv(t)
+	rc := e.raw
+	for _, tc := range []struct {
+		name string
+		opt  rlock.Option
+		ok   bool
+	}{
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(math.MaxInt64), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout + 1), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(10 * time.Millisecond), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(0), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MinWatchdogTimeout), true},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout), true},
+		{"WithUnlockTimeout", rlock.WithUnlockTimeout(math.MaxInt64), false},
+		{"WithUnlockTimeout", rlock.WithUnlockTimeout(time.Millisecond), false},
+		{"WithUnlockTimeout", rlock.WithUnlockTimeout(rlock.MaxUnlockTimeout), true},
+		{"WithUnlockTimeout", rlock.WithUnlockTimeout(rlock.MinUnlockTimeout), true},
+		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(math.MaxInt64), false},
+		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(time.Nanosecond), false},
+		{"WithNoExpiryPoll", rlock.WithNoExpiryPoll(rlock.MaxNoExpiryPoll), true},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(0), false},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(math.MaxInt64), false},
+		{"WithProbeTimeout", rlock.WithProbeTimeout(rlock.MaxProbeTimeout), true},
+	} {
+		c, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix), tc.opt)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("New with %s at its bound: %v", tc.name, err)
+			} else {
+				_ = c.Close()
+			}
+			continue
+		}
+		if c != nil {
+			_ = c.Close()
+		}
+		if !errors.Is(err, rlock.ErrInvalidLease) || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "between") {
+			t.Errorf("New with an out-of-range %s: err = %v, want ErrInvalidLease naming the option and its range", tc.name, err)
+		}
+	}
+}
+
+// TestLockOptionBounds: WithLease and WithWaitTimeout outside their range are
+// rejected before anything is sent to Redis; WithWaitTimeout(0) is one
+// attempt, not an error.
+func TestLockOptionBounds(t *testing.T) {
+	e := ftNewEnv(t)
+	c := e.client()
+	m := c.Mutex("bounds")
+	for _, tc := range []struct {
+		name string
+		opt  rlock.LockOption
+	}{
+		{"WithLease", rlock.WithLease(math.MaxInt64)},
+		{"WithLease", rlock.WithLease(rlock.MaxLease + time.Millisecond)},
+		{"WithLease", rlock.WithLease(500 * time.Microsecond)},
+		{"WithWaitTimeout", rlock.WithWaitTimeout(-time.Nanosecond)},
+		{"WithWaitTimeout", rlock.WithWaitTimeout(math.MaxInt64)},
+	} {
+		for what, lock := range map[string]func() error{
+			"Lock":    func() error { _, err := m.Lock(e.ctx, tc.opt); return err },
+			"TryLock": func() error { _, err := m.TryLock(e.ctx, tc.opt); return err },
+		} {
+			if err := lock(); !errors.Is(err, rlock.ErrInvalidLease) || !strings.Contains(err.Error(), tc.name) {
+				t.Errorf("%s with an out-of-range %s: err = %v, want ErrInvalidLease naming the option", what, tc.name, err)
+			}
+		}
+	}
+	if e.exists(e.lockKey("bounds")) {
+		t.Fatal("rejected options left the lock taken")
+	}
+
+	// The largest lease is accepted and reaches Redis intact.
+	lc, err := m.Lock(e.ctx, rlock.WithLease(rlock.MaxLease))
+	if err != nil {
+		t.Fatalf("Lock WithLease(MaxLease): %v", err)
+	}
+	if d, err := m.TTL(e.ctx); err != nil || d < rlock.MaxLease-time.Minute || d > rlock.MaxLease {
+		t.Errorf("TTL with WithLease(MaxLease) = %v, %v; want about %v", d, err, rlock.MaxLease)
+	}
+
+	// WithWaitTimeout(0): one attempt. Held by another owner, it fails at
+	// once with ErrLocked (a generous bound: nothing waits).
+	other := e.client().Mutex("bounds")
+	start := time.Now()
+	if _, err := other.Lock(e.ctx, rlock.WithWaitTimeout(0)); !errors.Is(err, rlock.ErrLocked) {
+		t.Errorf("Lock WithWaitTimeout(0) on a held lock: err = %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Lock WithWaitTimeout(0) on a held lock took %v: it waited", d)
+	}
+	if err := m.Unlock(lc); err != nil {
+		t.Fatal(err)
+	}
+	// Free, it takes the lock.
+	lc, err = other.Lock(e.ctx, rlock.WithWaitTimeout(0))
+	if err != nil {
+		t.Fatalf("Lock WithWaitTimeout(0) on a free lock: %v", err)
+	}
+	if err := other.Unlock(lc); err != nil {
+		t.Fatal(err)
+	}
+}
