@@ -40,6 +40,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if err != nil {
 		return nil, err
 	}
+	wait = wait && !lc.tryOnce // WithWaitTimeout(0): one attempt, as TryLock
 	if err := m.usable(); err != nil {
 		return nil, err
 	}

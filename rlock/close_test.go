@@ -15,7 +15,6 @@ import (
 // it is cut short and leaves no goroutine behind. What it could not remove
 // lapses in Redis by itself (see Client.Close).
 func TestCloseWithRedisStopped(t *testing.T) {
-	skipUntilCleanupsUseBackgroundContext(t)
 	e := ftNewEnv(t)
 	const name = "close-stopped"
 	holder := e.client()

@@ -54,19 +54,12 @@ func (h *Hold) Abandon(op string, err error, cleanup func(ctx context.Context) e
 	return ae
 }
 
-// GoUntil runs fn in the background (see Go) with a context that ends at
-// deadline or when the Client closes, whichever comes first.
+// GoUntil runs fn in the background (see GoCtx) with a context that ends at
+// deadline, or when Close cuts background work short, whichever comes first.
 func (c *Client) GoUntil(deadline time.Time, fn func(ctx context.Context)) bool {
-	return c.Go(func() {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	return c.GoCtx(func(bg context.Context) {
+		ctx, cancel := context.WithDeadline(bg, deadline)
 		defer cancel()
-		go func() {
-			select {
-			case <-c.closed:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		fn(ctx)
 	})
 }

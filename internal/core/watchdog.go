@@ -44,7 +44,7 @@ func (c *Client) renewAll(budget time.Duration) {
 	if c.RC.Mode() == rueidis.ClientModeCluster {
 		batch = 1 // keys of different locks live in different slots
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := context.WithTimeout(c.BackgroundContext(), budget)
 	defer cancel()
 	lease := c.Cfg.WatchdogTimeout
 	for kind, holds := range byKind {
