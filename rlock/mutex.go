@@ -67,10 +67,14 @@ func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Contex
 }
 
 // Token returns the fencing token of the hold carried by lockCtx: a number
-// that increases strictly with every first acquisition of this lock, by any
-// owner, and stays the same across re-entries. A resource that remembers the
-// highest token it has seen and rejects lower ones is safe even against a
-// holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
+// from the lock's counter in Redis that stays the same across re-entries.
+// Every acquisition granted by Redis gets a token above all issued before
+// it; a pass between goroutines of one Client takes the next token of a block
+// Redis reserved for that Client, so a pass made before the Client hears of a
+// loss in Redis (ForceUnlock, a restart) may carry a token below the new
+// holder's (see the README's Guarantees). A resource that remembers the
+// highest token it has seen and rejects lower ones is safe even then, and
+// against a holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
 // no hold of the lock (a hold that ended still reports its token).
 //
 // Tokens are not consecutive. A lock's counter starts from Redis's clock in
@@ -145,9 +149,11 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports
-// whether there was a lock to delete. The former holder learns of it at its
-// next renewal (its lock context is then cancelled with ErrLeaseLost) or
-// Unlock (ErrNotHeld); it is an administrative tool, not a way to share a lock.
+// whether there was a lock to delete. Each former holder is sent a message on
+// the lock's channel, so that its Client stops passing the lock to its own
+// goroutines; it learns of the loss at its next renewal (its lock context is
+// then cancelled with ErrLeaseLost) or Unlock (ErrNotHeld). It is an
+// administrative tool, not a way to share a lock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.usableWith(ctx); err != nil {
 		return false, err
