@@ -140,9 +140,10 @@ type acquisition struct {
 	cfg   acquireConfig
 	lease time.Duration
 	renew bool
-	// ticket dates the earliest request whose outcome is not known yet (the
-	// last one sent, when every earlier one was answered): permits reported
-	// by a retry were granted after it.
+	// ticket dates the request that took the permits: the last one sent,
+	// or, when a retry reports permits taken by an earlier request whose
+	// reply was lost, the earliest unanswered one, since they were granted
+	// after it.
 	ticket    core.Ticket
 	uncertain bool // a request for id went unanswered since the last reply
 	traced    bool // id may be queued or hold permits: abandon it on failure
@@ -157,8 +158,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		w.SetTag(a.id)
 		a.traced = true
 	}
+	t := s.c.NewTicket()
 	if !a.uncertain {
-		a.ticket = s.c.NewTicket()
+		a.ticket = t
 	}
 	r, err := s.acquireScript(ctx, a.id, a.want, a.lease, w != nil)
 	if err != nil {
@@ -174,6 +176,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	a.uncertain = false
 	switch r.status {
 	case 1:
+		if !r.before {
+			a.ticket = t
+		}
 		a.got = r.value
 		return true, 0, nil
 	case 0:

@@ -39,6 +39,7 @@ func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (
 type acquireReply struct {
 	status int64 // 1 acquired, 0 not now, -2 abandoned id, -3 exceeds limit, -4 no limit, -5 not a lock's limit
 	value  int64 // permits acquired, ms to the earliest expiry, or the limit
+	before bool  // acquired by an earlier request of the same id
 }
 
 func (s *Semaphore) acquireScript(ctx context.Context, id, want string, lease time.Duration, enqueue bool) (acquireReply, error) {
@@ -62,6 +63,7 @@ func (s *Semaphore) acquireScript(ctx context.Context, id, want string, lease ti
 	if len(vals) > 1 {
 		r.value = vals[1]
 	}
+	r.before = len(vals) > 2 && vals[2] == 1
 	return r, nil
 }
 

@@ -18,8 +18,9 @@
 -- ARGV[9]     "1" when the limit must equal ARGV[8] (a Lock), else "0"
 --
 -- Returns an array:
---   {1, n}      acquired n permits (now, or by an earlier request of this id
---               whose lease has not run out)
+--   {1, n}      acquired n permits now
+--   {1, n, 1}   an earlier request of this id acquired n permits (its reply
+--               was lost), and their lease has not run out
 --   {0, wait}   not acquired (and queued if ARGV[7] is "1"); wait is the
 --               milliseconds until the earliest held permit expires, -1 when
 --               none is held
@@ -43,7 +44,7 @@ local held = redis.call('HGET', KEYS[3], id)
 if held and redis.call('ZSCORE', KEYS[2], id) then
   -- An earlier request of this id took the permits; its reply was lost.
   sem_dequeue(id)
-  return finish({1, tonumber(held)})
+  return finish({1, tonumber(held), 1})
 end
 
 sem_establish(ARGV[8])
