@@ -58,6 +58,7 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 	defer s.c.Exit()
 	ok, _, err := a.try(ctx, nil)
 	if err != nil {
+		a.giveUp(ctx)
 		return nil, 0, s.wrap("drain", err)
 	}
 	if !ok {
@@ -84,6 +85,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		// A dropped connection is no reason to give up a blocking Acquire:
 		// the wait below retries with backoff while ctx lasts.
 	case err != nil:
+		a.giveUp(ctx)
 		return nil, s.wrap("acquire", err)
 	case ok:
 		return a.hold(ctx)
@@ -98,7 +100,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		defer cancel()
 	}
 	if err := s.c.WaitFor(waitCtx, s.keys.channel, n, a.try); err != nil {
-		s.abandon(a.id)
+		a.giveUp(ctx)
 		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
 			return nil, err
 		}
@@ -128,16 +130,24 @@ func (s *Semaphore) prepare(ctx context.Context, want string, opts []AcquireOpti
 	return a, nil
 }
 
-// acquisition is one Acquire call, retried while waiting.
+// acquisition is one Acquire call, retried while waiting. It keeps one
+// permit id throughout, so that a retry after a lost reply finds what the
+// lost request did: the permits it took, or its place in the queue.
 type acquisition struct {
-	s      *Semaphore
-	id     string // permit id, and waiter id in the queue
-	want   string
-	cfg    acquireConfig
-	lease  time.Duration
-	renew  bool
-	ticket core.Ticket // dates the last attempt
-	got    int64
+	s     *Semaphore
+	id    string // permit id, and waiter id in the queue
+	want  string
+	cfg   acquireConfig
+	lease time.Duration
+	renew bool
+	// ticket dates the request that took the permits: the last one sent,
+	// or, when a retry reports permits taken by an earlier request whose
+	// reply was lost, the earliest unanswered one, since they were granted
+	// after it.
+	ticket    core.Ticket
+	uncertain bool // a request for id went unanswered since the last reply
+	traced    bool // id may be queued or hold permits: abandon it on failure
+	got       int64
 }
 
 // try makes one attempt; with w set it waits in the queue (and w is tagged with
@@ -146,20 +156,29 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	s := a.s
 	if w != nil {
 		w.SetTag(a.id)
+		a.traced = true
 	}
-	a.ticket = s.c.NewTicket()
+	t := s.c.NewTicket()
+	if !a.uncertain {
+		a.ticket = t
+	}
 	r, err := s.acquireScript(ctx, a.id, a.want, a.lease, w != nil)
 	if err != nil {
+		// A Redis error reply means the script did not complete; any other
+		// error leaves its outcome unknown: the retry, under the same id,
+		// finds it out (sem_acquire.lua is idempotent per id).
+		a.traced = true
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
-			// The script may have run: give back what it may have taken, and
-			// carry on (if at all) under a new id.
-			s.abandon(a.id)
-			a.id = s.c.NewID()
+			a.uncertain = true
 		}
 		return false, 0, err
 	}
+	a.uncertain = false
 	switch r.status {
 	case 1:
+		if !r.before {
+			a.ticket = t
+		}
 		a.got = r.value
 		return true, 0, nil
 	case 0:
@@ -171,12 +190,25 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 		return false, retry, nil
 	case -2:
-		a.id = s.c.NewID()
+		// Our id was given up in Redis: carry on under a new one.
+		a.id, a.traced = s.c.NewID(), w != nil
 		return false, 0, nil
 	case -3:
-		return false, 0, fmt.Errorf("%w: asked for %s, limit is %d", ErrExceedsLimit, a.want, r.value)
+		return false, 0, fmt.Errorf("%w: %q: asked for %s, limit is %d", ErrExceedsLimit, s.name, a.want, r.value)
+	case -5:
+		return false, 0, fmt.Errorf("%w: %q is a semaphore with limit %d, not a lock", ErrExceedsLimit, s.name, r.value)
 	default:
 		return false, 0, fmt.Errorf("%w: %q", ErrNoLimit, s.name)
+	}
+}
+
+// giveUp ends a failed acquisition: its id leaves the queue and gives back
+// anything a request whose reply was lost may have taken, before the call
+// returns (see Semaphore.abandon). It is the only clean-up of an acquisition.
+func (a *acquisition) giveUp(ctx context.Context) {
+	if a.traced {
+		a.traced = false
+		a.s.abandon(ctx, a.id, a.lease)
 	}
 }
 
@@ -188,7 +220,8 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
 		h.End(ErrReleased)
-		s.abandon(a.id)
+		a.traced = true
+		a.giveUp(ctx)
 		if err == nil {
 			err = ErrClosed
 		}
@@ -205,6 +238,13 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 // with an idempotent request. It fails with ErrNotHeld, changing nothing, when
 // permitCtx holds no permit of the semaphore or its lease already expired (then
 // the error also matches ErrLeaseLost).
+//
+// When the release itself fails (Redis unreachable for longer than the
+// Client's unlock timeout, or the command refused), the permits are given up:
+// they are no longer renewed, permitCtx is cancelled with a cause matching
+// ErrLeaseLost and ErrAbandoned, a clean-up is retried in the background, and
+// the error, an *AbandonError matching ErrAbandoned, tells by when Redis frees
+// the permits at the latest.
 func (s *Semaphore) Release(permitCtx context.Context) error {
 	if s.err != nil {
 		return s.err
@@ -223,6 +263,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
+	// The release sets no lease, so it needs no ticket.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(permitCtx), s.c.Cfg.UnlockTimeout)
 	defer cancel()
 	var released int64
@@ -232,7 +273,9 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	})
 	switch {
 	case err != nil:
-		return s.wrap("release", err)
+		id := h.Owner
+		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id) })
+		return fmt.Errorf("semaphore %q: %w", s.name, ae)
 	case released < 0:
 		h.End(ErrLeaseLost)
 		return s.notHeld(ErrLeaseLost)

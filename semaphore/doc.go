@@ -11,11 +11,29 @@
 // A Semaphore is built on an rlock.Client and shares its owner id, pub/sub
 // multiplexer, watchdog and key prefix:
 //
-//	s := semaphore.New(client, "gpu-pool")
-//	_, _ = s.TrySetLimit(ctx, 4)      // the limit lives in Redis, set once
+//	s := semaphore.New(client, "gpu-pool", semaphore.WithLimit(4))
 //	permitCtx, err := s.Acquire(ctx, 1)
 //	if err != nil { ... }
 //	defer s.Release(permitCtx)
+//
+// # The limit, and what stays in Redis
+//
+// The limit lives in Redis. With WithLimit, every acquisition (and State)
+// establishes it when it is missing: on first use, after a Redis restart
+// without persistence, or after the semaphore's keys expired while it was
+// idle. It never changes a limit already there: when processes configure
+// different limits, the one in Redis wins.
+//
+// Every key of a semaphore expires by itself once nothing is held or queued,
+// even when the processes that used it crashed: the permits when their last
+// lease runs out, the queue when the last waiter's place lapses (one watchdog
+// timeout of its Client after its last re-check), and the state (limit, used
+// permits, arrival counter) one second after both. With no process alive,
+// nothing is left after the longest lease or watchdog timeout plus a second.
+//
+// A limit set by TrySetLimit or SetLimit cannot be re-established that way, so
+// either of them makes the state permanent: it holds the limit for good
+// (overriding WithLimit), and only the permits and the queue expire.
 //
 // # Waiting and fairness
 //

@@ -38,4 +38,12 @@ var (
 	ErrLeaseLost = core.ErrLeaseLost
 	// ErrClosed reports use of a closed Client; it is rlock.ErrClosed.
 	ErrClosed = core.ErrClosed
+	// ErrAbandoned is matched by the error of a Release that failed, and by
+	// the cause of its permit context: the permits were given up and free
+	// themselves within one lease (see AbandonError); it is rlock.ErrAbandoned.
+	ErrAbandoned = core.ErrAbandoned
 )
+
+// AbandonError is the error of a Release that failed: the permits were given
+// up, and Redis frees them by FreeBy at the latest.
+type AbandonError = core.AbandonError

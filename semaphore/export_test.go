@@ -1,6 +1,9 @@
 package semaphore
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // ReleaseWithRequestID releases the permits carried by permitCtx as Release
 // does, but under the given release request id, so that a test can replay the
@@ -23,4 +26,12 @@ func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context,
 		return 0, ErrNotHeld
 	}
 	return s.releaseScript(ctx, p.hold.Owner, requestID)
+}
+
+// AcquireScript runs sem_acquire.lua once for permit id, as an attempt of an
+// Acquire does (without queueing), and returns its status and value: a test
+// can replay an attempt whose reply was lost.
+func AcquireScript(ctx context.Context, s *Semaphore, id string, n int64) (status, value int64, err error) {
+	r, err := s.acquireScript(ctx, id, strconv.FormatInt(n, 10), s.c.Cfg.WatchdogTimeout, false)
+	return r.status, r.value, err
 }

@@ -2,8 +2,6 @@ package semaphore
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 
 	"github.com/relockio/relock/rlock"
 )
@@ -12,52 +10,31 @@ import (
 // rlock.Mutex, a holder that locks again waits for itself (TryLock fails),
 // and any goroutine holding the lock context may unlock it.
 type Lock struct {
-	s       *Semaphore
-	limited atomic.Bool
+	s *Semaphore
 }
 
-// NewLock returns the lock called name, a semaphore with limit one, which it
-// sets on first use. It fails (on use) with ErrExceedsLimit if a semaphore of
-// that name exists with another limit.
+// NewLock returns the lock called name, a semaphore with limit one, which
+// each attempt sets in Redis whenever it is missing (as WithLimit(1) does, so
+// the lock survives a Redis restart and leaves nothing behind when idle). It
+// fails (on use) with ErrExceedsLimit if a semaphore of that name exists with
+// another limit.
 func NewLock(c *rlock.Client, name string) *Lock {
-	return &Lock{s: New(c, name)}
+	s := New(c, name, WithLimit(1))
+	s.exact = true
+	return &Lock{s: s}
 }
 
 // Semaphore returns the semaphore behind the lock.
 func (l *Lock) Semaphore() *Semaphore { return l.s }
 
-func (l *Lock) ensureLimit(ctx context.Context) error {
-	if l.limited.Load() {
-		return nil
-	}
-	if _, err := l.s.TrySetLimit(ctx, 1); err != nil {
-		return err
-	}
-	limit, err := l.s.Limit(ctx)
-	if err != nil {
-		return err
-	}
-	if limit != 1 {
-		return fmt.Errorf("%w: %q is a semaphore with limit %d, not a lock", ErrExceedsLimit, l.s.name, limit)
-	}
-	l.limited.Store(true)
-	return nil
-}
-
 // Lock blocks until it holds the lock (see Semaphore.Acquire) and returns the
 // lock context to pass to Unlock.
 func (l *Lock) Lock(ctx context.Context, opts ...AcquireOption) (context.Context, error) {
-	if err := l.ensureLimit(ctx); err != nil {
-		return nil, err
-	}
 	return l.s.Acquire(ctx, 1, opts...)
 }
 
 // TryLock makes one attempt; it fails with ErrNoPermits when the lock is held.
 func (l *Lock) TryLock(ctx context.Context, opts ...AcquireOption) (context.Context, error) {
-	if err := l.ensureLimit(ctx); err != nil {
-		return nil, err
-	}
 	return l.s.TryAcquire(ctx, 1, opts...)
 }
 

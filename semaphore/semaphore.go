@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/rlock"
@@ -16,21 +17,59 @@ const MaxPermits = 1 << 40
 // Semaphore is a counting semaphore named by a string. Get one with New; it
 // is cheap, and any number may exist.
 type Semaphore struct {
-	c    *core.Client
-	name string
-	err  error // invalid name or client, reported by every method
-	keys keys
+	c     *core.Client
+	name  string
+	err   error  // invalid name, client or option, reported by every method
+	limit string // the limit of WithLimit, established when missing; "" for none
+	exact bool   // a Lock's: the limit must be the configured one
+	keys  keys
+}
+
+// Option configures a Semaphore.
+type Option func(*config)
+
+type config struct {
+	limit    int64
+	limitSet bool
+}
+
+// WithLimit gives the semaphore a limit that it establishes by itself in
+// Redis whenever none is set there: on first use, and again after Redis lost
+// it (a restart without persistence, or the semaphore's keys expired while it
+// was idle). A semaphore configured so leaves nothing behind in Redis once it
+// is idle (see the package documentation).
+//
+// The limit in Redis wins: WithLimit never changes an existing limit. When
+// processes configure different limits, the first to use the semaphore (after
+// each time the limit went missing) sets it, and the others use it; a limit set
+// by TrySetLimit or SetLimit overrides them all, for good.
+func WithLimit(limit int64) Option {
+	return func(c *config) { c.limit, c.limitSet = limit, true }
 }
 
 // New returns the semaphore called name on c's Redis. Its limit must be set
-// (TrySetLimit or SetLimit) by someone before permits can be acquired. An
-// invalid name or a nil client is reported by every method.
-func New(c *rlock.Client, name string) *Semaphore {
+// before permits can be acquired: by the WithLimit option, or by someone
+// calling TrySetLimit or SetLimit. An invalid name, option or a nil client is
+// reported by every method.
+func New(c *rlock.Client, name string, opts ...Option) *Semaphore {
 	cc, ok := core.Of(c)
 	if !ok {
 		return &Semaphore{name: name, err: fmt.Errorf("%w: nil rlock.Client", ErrInvalidClient)}
 	}
-	return &Semaphore{c: cc, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(cc.Cfg.KeyPrefix, name)}
+	s := &Semaphore{c: cc, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(cc.Cfg.KeyPrefix, name)}
+	var cfg config
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	if cfg.limitSet {
+		if err := validLimit(cfg.limit); err != nil && s.err == nil {
+			s.err = err
+		}
+		s.limit = strconv.FormatInt(cfg.limit, 10)
+	}
+	return s
 }
 
 // Name returns the name the Semaphore was created with.
@@ -42,12 +81,17 @@ type keys struct {
 	channel                                       string
 }
 
+const (
+	permitsSuffix = ":permits"
+	countsSuffix  = ":counts"
+)
+
 func newKeys(prefix, name string) keys {
 	base := core.Base(prefix, name) + ":sem"
 	return keys{
 		state:   base,
-		permits: base + ":permits",
-		counts:  base + ":counts",
+		permits: base + permitsSuffix,
+		counts:  base + countsSuffix,
 		queue:   base + ":queue",
 		waiters: base + ":waiters",
 		wants:   base + ":wants",
@@ -92,7 +136,9 @@ func validLimit(limit int64) error {
 }
 
 // TrySetLimit sets the limit if none is set yet, and reports whether it did.
-// Use it at start-up in every process: the first one wins.
+// Use it at start-up in every process: the first one wins. Either way the
+// limit is then permanent in Redis: the semaphore's state no longer expires
+// when idle, as it does with a limit established by WithLimit.
 func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) {
 	if err := s.usable(); err != nil {
 		return false, err
@@ -109,7 +155,8 @@ func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) 
 
 // SetLimit changes the limit at run time. Raising it wakes waiters that now
 // fit; lowering it below the permits held lets the holders finish, and new
-// acquisitions wait until enough permits are released.
+// acquisitions wait until enough permits are released. The limit is then
+// permanent in Redis, as with TrySetLimit, and overrides WithLimit.
 func (s *Semaphore) SetLimit(ctx context.Context, limit int64) error {
 	if err := s.usable(); err != nil {
 		return err
@@ -124,7 +171,8 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int64) error {
 	return s.wrap("set limit", err)
 }
 
-// Limit returns the limit, or an error matching ErrNoLimit if none is set.
+// Limit returns the limit, or an error matching ErrNoLimit if none is set
+// (with WithLimit, one is established if missing).
 func (s *Semaphore) Limit(ctx context.Context) (int64, error) {
 	st, err := s.State(ctx)
 	return st.Limit, err
@@ -164,9 +212,11 @@ func (s *Semaphore) State(ctx context.Context) (State, error) {
 	return st.State, nil
 }
 
+// wrap adds the operation and name to an error, unless it is one of this
+// package's that says so already.
 func (s *Semaphore) wrap(op string, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || strings.HasPrefix(err.Error(), "semaphore") {
+		return err
 	}
 	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, err)
 }

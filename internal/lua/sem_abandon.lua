@@ -12,13 +12,15 @@
 -- Returns the permits returned to the pool (0 when it held none).
 local id = ARGV[1]
 redis.call('SET', KEYS[7], 1, 'PX', ARGV[2])
+local now = now_ms()
+sem_reclaim(now)
 sem_dequeue(id)
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
 if n > 0 then
-  redis.call('HINCRBY', KEYS[1], 'used', -n)
+  sem_unuse(n)
   redis.call('HDEL', KEYS[3], id)
   redis.call('ZREM', KEYS[2], id)
 end
-sem_reclaim(now_ms())
 sem_wake_head(ARGV[3], ARGV[4])
+sem_expire(now)
 return n

@@ -20,18 +20,21 @@ local now = now_ms()
 local expiry = redis.call('ZSCORE', KEYS[2], id)
 if not expiry then
   sem_reclaim(now)
+  sem_expire(now)
   return -1
 end
 if tonumber(expiry) <= now then
   sem_reclaim(now)
   sem_wake_head(ARGV[2], ARGV[3])
+  sem_expire(now)
   return -2
 end
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-redis.call('HINCRBY', KEYS[1], 'used', -n)
+sem_unuse(n)
 redis.call('HDEL', KEYS[3], id)
 redis.call('ZREM', KEYS[2], id)
 sem_reclaim(now)
 sem_wake_head(ARGV[2], ARGV[3])
+sem_expire(now)
 redis.call('SET', KEYS[7], n, 'PX', ARGV[4])
 return n
