@@ -77,6 +77,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		return nil, err
 	}
 	defer s.c.Exit()
+	wait = wait && !a.cfg.tryOnce // WithWaitTimeout(0): one attempt, as TryAcquire
 	// The first attempt does not join the queue: a wake addressed to a waiter
 	// that is not subscribed yet would be lost.
 	ok, _, err := a.try(ctx, nil)
