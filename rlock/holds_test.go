@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,9 +31,11 @@ func ftScript(args []string) string {
 		return ""
 	}
 	keys := args[3:]
+	numKeys, _ := strconv.Atoi(args[2])
+	argv := args[min(3+numKeys, len(args)):]
 	switch {
-	case len(keys) >= 7 && strings.HasSuffix(keys[1], ":fence") && strings.Contains(keys[6], ":latch:"):
-		return "reenter"
+	case len(keys) >= 2 && strings.HasSuffix(keys[1], ":fence") && len(argv) >= 3 && argv[2] == "1":
+		return "reenter" // acquire.lua's ARGV[3]: re-entry
 	case len(keys) >= 2 && strings.HasSuffix(keys[1], ":fence"):
 		return "acquire"
 	case len(keys) >= 2 && strings.Contains(keys[1], ":latch:"):
@@ -259,8 +262,9 @@ func TestHoldForgedHandOffGrantsNothing(t *testing.T) {
 	e.queuedIs(1)
 	entries := e.sortedSetMembers()
 	var owner string
-	for _, m := range entries {
-		if i := strings.Index(m, "/"); i > 0 && strings.Contains(m, a.ID()) {
+	for _, km := range entries { // "key member"; a member is owner/lease/...
+		_, m, _ := strings.Cut(km, " ")
+		if i := strings.Index(m, "/"); i > 0 && strings.HasPrefix(m, a.ID()) {
 			owner = m[:i]
 		}
 	}
