@@ -102,6 +102,11 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	}
 	if err := s.c.WaitFor(waitCtx, s.keys.channel, n, a.try); err != nil {
 		a.giveUp(ctx)
+		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
+			// The wait ran out while Redis could not be reached: say so,
+			// rather than that no permits were free.
+			return nil, fmt.Errorf("%w: acquire %q: %w; last error: %w", ErrUnavailable, s.name, waitCtx.Err(), a.lastErr)
+		}
 		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
 			return nil, err
 		}
@@ -149,6 +154,7 @@ type acquisition struct {
 	uncertain bool // a request for id went unanswered since the last reply
 	traced    bool // id may be queued or hold permits: abandon it on failure
 	got       int64
+	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
 }
 
 // try makes one attempt; with w set it waits in the queue (and w is tagged with
@@ -169,12 +175,13 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		// error leaves its outcome unknown: the retry, under the same id,
 		// finds it out (sem_acquire.lua is idempotent per id).
 		a.traced = true
+		a.lastErr = err
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			a.uncertain = true
 		}
 		return false, 0, err
 	}
-	a.uncertain = false
+	a.uncertain, a.lastErr = false, nil
 	switch r.status {
 	case 1:
 		if !r.before {

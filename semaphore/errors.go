@@ -42,6 +42,10 @@ var (
 	// the cause of its permit context: the permits were given up and free
 	// themselves within one lease (see AbandonError); it is rlock.ErrAbandoned.
 	ErrAbandoned = core.ErrAbandoned
+	// ErrUnavailable reports an Acquire that ended while Redis could not be
+	// reached (it wraps the last connection error); ErrNoPermits is reported
+	// only when Redis said the permits are taken. It is rlock.ErrUnavailable.
+	ErrUnavailable = core.ErrUnavailable
 )
 
 // AbandonError is the error of a Release that failed: the permits were given

@@ -355,3 +355,19 @@ func TestAcquireIdempotentPerID(t *testing.T) {
 		}
 	}
 }
+
+// With Redis down, an Acquire that gives up says Redis could not be reached,
+// not that no permits were free.
+func TestRedisDownIsNotNoPermits(t *testing.T) {
+	e := ownedEnv(t)
+	c := e.client()
+	s := e.sem(c, "down", 1)
+	mustRelease(t, s, mustAcquire(t, s, e.ctx, 1)) // warm: scripts loaded, connections up
+	if err := e.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Acquire(e.ctx, 1, semaphore.WithWaitTimeout(time.Second))
+	if errors.Is(err, semaphore.ErrNoPermits) || !errors.Is(err, semaphore.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with Redis down: %v; want ErrUnavailable and DeadlineExceeded, not ErrNoPermits", err)
+	}
+}
