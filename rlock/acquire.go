@@ -207,7 +207,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
 	if err != nil {
 		c.NoteError(err)
-		a.lastErr, a.sawHolder = err, false
+		if ctx.Err() == nil { // not the wait ending mid-call
+			a.lastErr, a.sawHolder = err, false
+		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			// The script may have run, or may still run: this owner may
 			// hold the lock or a place in the queue. Keep the owner, so that

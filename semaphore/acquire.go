@@ -175,7 +175,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		// error leaves its outcome unknown: the retry, under the same id,
 		// finds it out (sem_acquire.lua is idempotent per id).
 		a.traced = true
-		a.lastErr = err
+		if ctx.Err() == nil { // not the wait ending mid-call
+			a.lastErr = err
+		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			a.uncertain = true
 		}
