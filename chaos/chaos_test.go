@@ -62,12 +62,12 @@ func scenarios() []scenario {
 			scenario{name: "redis-stalled", kind: kind, shortOps: 60, fullOps: 1000, inject: injectRedisStall},
 			scenario{name: "lost-wakeups", kind: kind, shortOps: 60, fullOps: 1000, inject: injectLostWakeups},
 			scenario{name: "lost-replies", kind: kind, shortOps: 60, fullOps: 1000, goroutines: 4, reenter: true, fullOnly: true, inject: injectLostReplies},
-			scenario{name: "acl-revoked", kind: kind, shortOps: 60, fullOps: 600, acl: true, fullOnly: true, inject: injectACLRevoke},
+			scenario{name: "acl-revoked", kind: kind, shortOps: 60, fullOps: 1000, acl: true, fullOnly: true, inject: injectACLRevoke},
 		)
 	}
 	// The semaphore has no administrative reset (nothing like ForceUnlock
 	// that takes permits from their holders), so this one is Mutex only.
-	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 100, fullOps: 1000, goroutines: 4, fullOnly: true, inject: injectForceUnlock})
+	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 150, fullOps: 1000, goroutines: 4, inject: injectForceUnlock})
 	return out
 }
 
@@ -216,7 +216,7 @@ func (res result) notes() string {
 		parts = append(parts, fmt.Sprintf("%d of them matching context.DeadlineExceeded although neither the caller's context nor the wait timeout had ended", res.foreignDeadlines))
 	}
 	if res.permErrs > 0 {
-		parts = append(parts, fmt.Sprintf("%d call(s) failed at once with a permission (NOPERM) error", res.permErrs))
+		parts = append(parts, fmt.Sprintf("%d call(s) failed at once with a permission error (NOPERM, or a command refused to a script)", res.permErrs))
 	}
 	if res.reenterErrs > 0 {
 		parts = append(parts, fmt.Sprintf("%d re-entr(y/ies) failed with a clear error", res.reenterErrs))
@@ -490,13 +490,13 @@ func commandKind(args []string) string {
 
 // injectLostReplies loses the reply of a command of a worker on its way back
 // (the proxy forwards the command, drops what the server sends back and cuts
-// the connection once the server has answered it): 20 times in the short run,
-// 150 in the full one, spread over the run, on the workers in turn, aimed in
-// turn at an acquisition, a re-entry (Mutex), a release and a renewal of the
-// watchdog. Every such command ran in Redis; its caller only sees the
-// connection drop.
+// the connection once the server has answered it): up to 20 times in the
+// short run, 150 in the full one. One loss is kept armed on every worker's
+// proxy (re-armed 50ms after it happened), aimed in turn at an acquisition, a
+// re-entry (Mutex), a release and a renewal of the watchdog. Every such
+// command ran in Redis; its caller only sees the connection drop.
 func injectLostReplies(r *run, full bool) {
-	n := int64(20)
+	n := 20
 	if full {
 		n = 150
 	}
@@ -504,23 +504,51 @@ func injectLostReplies(r *run, full bool) {
 	if r.sc.kind == "mutex" {
 		targets = []string{"acquire", "reenter", "release", "renew"}
 	}
-	for i := int64(1); i <= n; i++ {
-		if !r.waitProgress(r.cfg.Total * i / (n + 1)) {
+	type armed struct {
+		done  <-chan struct{}
+		want  string
+		start int64
+	}
+	arm := func(p int, i int) armed {
+		want := targets[i%len(targets)]
+		return armed{done: r.proxies[p].LoseReply(func(args []string) bool { return commandKind(args) == want }), want: want, start: mono()}
+	}
+	next := 0
+	cur := make([]armed, len(r.proxies))
+	for p := range cur {
+		cur[p] = arm(p, next)
+		next++
+	}
+	defer func() {
+		for _, p := range r.proxies {
+			p.CancelLosses()
+		}
+	}()
+	for lost := 0; lost < n; {
+		// Wait for any of the armed losses (polling the handful of channels).
+		hit := -1
+		for hit < 0 {
+			for p, a := range cur {
+				select {
+				case <-a.done:
+					hit = p
+				default:
+				}
+				if hit >= 0 {
+					break
+				}
+			}
+			if hit < 0 && !r.pause(5*time.Millisecond) {
+				return
+			}
+		}
+		r.fault("lost reply ("+cur[hit].want+")", cur[hit].start)
+		lost++
+		if !r.pause(50 * time.Millisecond) {
 			return
 		}
-		p := r.proxies[int(i)%len(r.proxies)]
-		want := targets[int(i)%len(targets)]
-		start := mono()
-		done := p.LoseReply(func(args []string) bool { return commandKind(args) == want })
-		select {
-		case <-done:
-			r.fault("lost reply ("+want+")", start)
-		case <-time.After(3 * time.Second): // no such command meanwhile: give up on this one
-			p.CancelLosses()
-		case <-r.ctx.Done():
-			p.CancelLosses()
-			return
-		}
+		cur[hit] = arm(hit, next)
+		next++
 	}
 }
 
@@ -538,7 +566,8 @@ var aclRestore = []string{"+@all", "&chaos:*"}
 
 // injectACLRevoke takes a right the scripts need away from the workers' ACL
 // user for 1.5 leases, then gives it back: three revocations in the short
-// run, nine in the full one, spread over the run. Mutex: PEXPIRE (acquire,
+// run, six in the full one, spread over the run (the last at 6/7 of it, so
+// that recovery is exercised too). Mutex: PEXPIRE (acquire,
 // renew and re-entry scripts fail halfway), PUBLISH (releases and hand-offs
 // fail at their announcement) and the channel pattern (subscriptions and
 // publications refused; Redis also disconnects the subscribed connections).
@@ -551,7 +580,7 @@ func injectACLRevoke(r *run, full bool) {
 	}
 	n := int64(len(revocations))
 	if full {
-		n *= 3
+		n *= 2
 	}
 	for i := int64(0); i < n; i++ {
 		if !r.waitProgress(r.cfg.Total * (i + 1) / (n + 1)) {

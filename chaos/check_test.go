@@ -104,7 +104,7 @@ func (r *run) check(elapsed time.Duration) result {
 		case "timeout":
 			res.timeouts++
 		case "redis", "nolimit":
-			if r.sc.acl && strings.Contains(e.AcqErr, "NOPERM") {
+			if r.sc.acl && permissionDenied(e.AcqErr) {
 				res.permErrs++
 			} else {
 				res.errs++
@@ -128,14 +128,14 @@ func (r *run) check(elapsed time.Duration) result {
 			res.reenterErrs++
 		}
 		switch {
-		case e.InnerClass == "error" && r.sc.acl && strings.Contains(e.InnerErr, "NOPERM"):
+		case e.InnerClass == "error" && r.sc.acl && permissionDenied(e.InnerErr):
 			res.permErrs++
 		case e.InnerClass == "error":
 			res.violation("op %d: inner unlock (of the re-entered level) failed: %s", e.Op, e.InnerErr)
 		case (e.InnerClass == "lost" || e.InnerClass == "notheld") && e.Cause != "leaselost":
 			res.violation("op %d: inner unlock (of the re-entered level) said %s (%s), but the cause is %s", e.Op, e.InnerClass, e.InnerErr, e.Cause)
 		}
-		permDenied := r.sc.acl && e.ReleaseClass == "error" && strings.Contains(e.ReleaseErr, "NOPERM")
+		permDenied := r.sc.acl && e.ReleaseClass == "error" && permissionDenied(e.ReleaseErr)
 		if permDenied {
 			res.permErrs++
 		}
@@ -297,6 +297,12 @@ func forcedOverlap(inside []string, byOwner map[string]event, stale map[string]b
 	return ""
 }
 
+// permissionDenied reports whether an error is Redis refusing a command or
+// channel to the ACL user (NOPERM, or a script's command refused).
+func permissionDenied(msg string) bool {
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command")
+}
+
 // violationKind names the kind of a violation message, for the summary.
 func violationKind(v string) string {
 	for _, k := range []struct{ sub, kind string }{
@@ -364,7 +370,7 @@ func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]
 // lock or queue key (with an expiry or without), every permit back. Only the
 // keys the library documents as permanent may stay: a Mutex's fencing and
 // arrival counters (:fence, :seq) and a semaphore's state hash (:sem).
-// Release latches and tombstones expire within the patience.
+// Release latches and tombstones, set once with a fixed expiry, may remain.
 func (r *run) checkLeftovers(ctx context.Context, res *result) {
 	deadline := time.Now().Add(r.leftoverWait())
 	var problems []string
@@ -413,6 +419,8 @@ func (r *run) leftovers(ctx context.Context) []string {
 		case ts == "string" && (strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":seq")) && !st.HasExpiry:
 			// a Mutex's fencing or arrival counter: permanent
 		case ts == "hash" && strings.HasSuffix(k, ":sem") && !st.HasExpiry: // the semaphore's limit and counts
+		case st.HasExpiry && (strings.Contains(k, ":latch:") || strings.Contains(k, ":gone:")):
+			// a release latch or tombstone: a fixed lifetime nobody extends
 		case st.HasExpiry:
 			pttl, _ := r.lock.Do(ctx, "PTTL", k)
 			ms, _ := pttl.AsInt64()
@@ -448,7 +456,7 @@ func describeKey(ctx context.Context, r *run, k, typ string) string {
 	case "hash":
 		cmd = []string{"HGETALL", k}
 	case "zset":
-		cmd = []string{"ZRANGE", k, "0", "9", "WITHSCORES"}
+		cmd = []string{"ZRANGE", k, "0", "9"}
 	case "string":
 		cmd = []string{"GET", k}
 	default:
