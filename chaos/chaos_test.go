@@ -6,19 +6,27 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/rlock"
 )
 
 var (
 	fullRun     = flag.Bool("chaos.full", os.Getenv("CHAOS_FULL") != "", "run the full chaos suite (minutes) instead of the short one")
 	resultsFile = flag.String("chaos.results", "", "write the figures as a markdown table to this file")
 	logDir      = flag.String("chaos.logdir", "", "write every operation of every scenario (JSON lines: owner, token, monotonic times, outcome) to this directory")
+	only        = flag.String("chaos.only", "", "run only the scenarios whose kind/name (e.g. mutex/lost-replies) matches this regular expression")
 )
 
 const (
@@ -36,6 +44,11 @@ type scenario struct {
 	longEvery int64 // every longEvery-th operation holds for longHold
 	longHold  time.Duration
 	inject    func(r *run, full bool)
+
+	fullOnly   bool // not part of the short suite
+	goroutines int  // goroutines per worker process sharing one Client (0: goroutines)
+	reenter    bool // every hold re-enters once (Mutex) and unlocks that level before the last
+	acl        bool // workers connect as the ACL user aclUser, whose rights the fault changes
 }
 
 func scenarios() []scenario {
@@ -48,20 +61,52 @@ func scenarios() []scenario {
 			scenario{name: "watchdog-cut", kind: kind, shortOps: 40, fullOps: 400, longEvery: 10, longHold: 5 * watchdog / 2, inject: injectWatchdogCut},
 			scenario{name: "redis-stalled", kind: kind, shortOps: 60, fullOps: 1000, inject: injectRedisStall},
 			scenario{name: "lost-wakeups", kind: kind, shortOps: 60, fullOps: 1000, inject: injectLostWakeups},
+			scenario{name: "lost-replies", kind: kind, shortOps: 60, fullOps: 1000, goroutines: 4, reenter: true, fullOnly: true, inject: injectLostReplies},
+			scenario{name: "acl-revoked", kind: kind, shortOps: 60, fullOps: 1000, acl: true, fullOnly: true, inject: injectACLRevoke},
 		)
 	}
+	// The semaphore has no administrative reset (nothing like ForceUnlock
+	// that takes permits from their holders), so this one is Mutex only.
+	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 150, fullOps: 1000, goroutines: 4, inject: injectForceUnlock})
 	return out
+}
+
+// selected reports whether the scenario runs in this invocation.
+func (sc scenario) selected() bool {
+	if !*fullRun && sc.fullOnly {
+		return false
+	}
+	if *only == "" {
+		return true
+	}
+	re, err := regexp.Compile(*only)
+	return err == nil && re.MatchString(sc.kind+"/"+sc.name)
+}
+
+func (sc scenario) workerGoroutines() int {
+	if sc.goroutines > 0 {
+		return sc.goroutines
+	}
+	return goroutines
 }
 
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos suite skipped in -short mode")
 	}
+	if *only != "" {
+		if _, err := regexp.Compile(*only); err != nil {
+			t.Fatalf("-chaos.only: %v", err)
+		}
+	}
 	suiteStart := time.Now()
 	var mu sync.Mutex
 	var results []result
 	t.Run("group", func(t *testing.T) {
 		for _, sc := range scenarios() {
+			if !sc.selected() {
+				continue
+			}
 			t.Run(sc.kind+"/"+sc.name, func(t *testing.T) {
 				t.Parallel()
 				ops := sc.shortOps
@@ -106,7 +151,8 @@ func TestChaos(t *testing.T) {
 
 const legend = `
 Columns: *faults injected* counts connection kills, restarts, SIGSTOPs, proxy
-stalls and cuts, Redis stalls and dropped pub/sub messages. *Accepted writes*
+stalls and cuts, Redis stalls, dropped pub/sub messages, lost replies, ACL
+revocations and force-unlocks that deleted a lock. *Accepted writes*
 are fenced read-modify-writes the resource accepted (semaphore: critical
 sections run). *Rejected stale writes* are fenced reads or writes the resource
 refused because a higher token had been seen (a restart loses the counter,
@@ -114,9 +160,12 @@ which then starts again from the server clock, above the old tokens). *Leases lo
 are holds whose context ended with ErrLeaseLost. *Overlaps (excused)* are
 entries into the critical section beyond the limit (1 for a Mutex) as the
 workload saw them without fencing, each with a holder inside whose lease was
-lost. *Violations* break a checked property (fencing, no lost update, no
+lost (after a force-unlock: each holder inside but the one with the highest
+token lost its lease, and none was granted the lock after the force-unlock
+with an older token). *Violations* break a checked property (fencing, no lost update, no
 unexcused overlap, clear errors, contexts ending with the right cause, nothing
-left in Redis, no goroutine leak). *Stuck waiters* did not return within the
+left in Redis, no goroutine leak, no hold granted after a force-unlock with a
+token issued before it). *Stuck waiters* did not return within the
 wait timeout + 15s. *Longest recovery* runs from the end of a fault to the
 next acquisition by any worker.
 `
@@ -135,6 +184,24 @@ func (res result) cells() []string {
 		fmt.Sprint(res.stuck), res.recovery.Round(time.Millisecond).String(), res.elapsed.Round(100 * time.Millisecond).String()}
 }
 
+// kinds lists the violations by kind, most frequent first, for the notes.
+func (res result) kinds() string {
+	counts := map[string]int{}
+	var order []string
+	for _, v := range res.violations {
+		k := violationKind(v)
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%d x %s", counts[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // notes lists the figures that are not in the table: failed acquisitions
 // (all with clear errors) and oddities that are not violations.
 func (res result) notes() string {
@@ -147,6 +214,15 @@ func (res result) notes() string {
 	}
 	if res.foreignDeadlines > 0 {
 		parts = append(parts, fmt.Sprintf("%d of them matching context.DeadlineExceeded although neither the caller's context nor the wait timeout had ended", res.foreignDeadlines))
+	}
+	if res.permErrs > 0 {
+		parts = append(parts, fmt.Sprintf("%d call(s) failed at once with a permission error (NOPERM, or a command refused to a script)", res.permErrs))
+	}
+	if res.reenterErrs > 0 {
+		parts = append(parts, fmt.Sprintf("%d re-entr(y/ies) failed with a clear error", res.reenterErrs))
+	}
+	if len(res.violations) > 0 {
+		parts = append(parts, "violations: "+res.kinds())
 	}
 	if res.lateReleases > 0 {
 		parts = append(parts, fmt.Sprintf("%d release(s) succeeded in Redis after the client had declared the lease lost", res.lateReleases))
@@ -365,6 +441,207 @@ func injectLostWakeups(r *run, _ bool) {
 		r.fault("drop", start)
 		if !ok || !r.pause(700*time.Millisecond) {
 			return
+		}
+	}
+}
+
+// commandKind names what a command sent to the lock server does, from its
+// keys (see internal/lua): "acquire", "reenter", "release", "renew",
+// "abandon", "force-unlock", or "other" (not a script of this module).
+func commandKind(args []string) string {
+	if len(args) < 3 {
+		return "other"
+	}
+	switch strings.ToUpper(args[0]) {
+	case "EVALSHA", "EVAL":
+	default:
+		return "other"
+	}
+	nk, err := strconv.Atoi(args[2])
+	if err != nil || nk < 1 || len(args) < 3+nk {
+		return "other"
+	}
+	keys, argv := args[3:3+nk], args[3+nk:]
+	has := func(i int, s string) bool { return i < len(keys) && strings.Contains(keys[i], s) }
+	switch {
+	case nk == 6 && has(2, ":gone:"): // acquire.lua
+		if len(argv) > 2 && argv[2] == "1" {
+			return "reenter"
+		}
+		return "acquire"
+	case nk == 6 && has(1, ":latch:"): // release.lua
+		return "release"
+	case nk == 5 && has(1, ":gone:"): // abandon.lua
+		return "abandon"
+	case nk == 4 && has(1, ":queue"): // forceunlock.lua
+		return "force-unlock"
+	case nk == 7 && has(6, ":sem:gone:"): // sem_acquire.lua or sem_abandon.lua
+		if len(argv) == 4 {
+			return "abandon"
+		}
+		return "acquire"
+	case nk == 7 && has(6, ":sem:latch:"): // sem_release.lua
+		return "release"
+	case strings.HasSuffix(keys[0], ":sem:permits"), strings.HasSuffix(keys[0], "}"): // renew.lua, sem_renew.lua
+		return "renew"
+	}
+	return "other"
+}
+
+// injectLostReplies loses the reply of a command of a worker on its way back
+// (the proxy forwards the command, drops what the server sends back and cuts
+// the connection once the server has answered it): up to 20 times in the
+// short run, 150 in the full one. One loss is kept armed on every worker's
+// proxy (re-armed 50ms after it happened), aimed in turn at an acquisition, a
+// re-entry (Mutex), a release and a renewal of the watchdog. Every such
+// command ran in Redis; its caller only sees the connection drop.
+func injectLostReplies(r *run, full bool) {
+	n := 20
+	if full {
+		n = 150
+	}
+	targets := []string{"acquire", "release", "renew"}
+	if r.sc.kind == "mutex" {
+		targets = []string{"acquire", "reenter", "release", "renew"}
+	}
+	type armed struct {
+		done  <-chan struct{}
+		want  string
+		start int64
+	}
+	arm := func(p int, i int) armed {
+		want := targets[i%len(targets)]
+		return armed{done: r.proxies[p].LoseReply(func(args []string) bool { return commandKind(args) == want }), want: want, start: mono()}
+	}
+	next := 0
+	cur := make([]armed, len(r.proxies))
+	for p := range cur {
+		cur[p] = arm(p, next)
+		next++
+	}
+	defer func() {
+		for _, p := range r.proxies {
+			p.CancelLosses()
+		}
+	}()
+	for lost := 0; lost < n; {
+		// Wait for any of the armed losses (polling the handful of channels).
+		hit := -1
+		for hit < 0 {
+			for p, a := range cur {
+				select {
+				case <-a.done:
+					hit = p
+				default:
+				}
+				if hit >= 0 {
+					break
+				}
+			}
+			if hit < 0 && !r.pause(5*time.Millisecond) {
+				return
+			}
+		}
+		r.fault("lost reply ("+cur[hit].want+")", cur[hit].start)
+		lost++
+		if !r.pause(50 * time.Millisecond) {
+			return
+		}
+		cur[hit] = arm(hit, next)
+		next++
+	}
+}
+
+// The ACL user the workers connect as in the acl-revoked scenarios: every
+// command on the keys and channels under the prefix.
+const (
+	aclUser     = "relock"
+	aclPassword = "pw"
+)
+
+var aclRules = []string{"on", ">" + aclPassword, "~chaos:*", "&chaos:*", "+@all"}
+
+// aclRestore gives the user back every right a revocation took.
+var aclRestore = []string{"+@all", "&chaos:*"}
+
+// injectACLRevoke takes a right the scripts need away from the workers' ACL
+// user for 1.5 leases, then gives it back: three revocations in the short
+// run, six in the full one, spread over the run (the last at 6/7 of it, so
+// that recovery is exercised too). Mutex: PEXPIRE (acquire,
+// renew and re-entry scripts fail halfway), PUBLISH (releases and hand-offs
+// fail at their announcement) and the channel pattern (subscriptions and
+// publications refused; Redis also disconnects the subscribed connections).
+// Semaphore: PUBLISH, ZADD (acquisitions and renewals fail halfway) and the
+// channel pattern.
+func injectACLRevoke(r *run, full bool) {
+	revocations := [][]string{{"-pexpire"}, {"-publish", "-spublish"}, {"resetchannels"}}
+	if r.sc.kind == "semaphore" {
+		revocations = [][]string{{"-publish", "-spublish"}, {"-zadd"}, {"resetchannels"}}
+	}
+	n := int64(len(revocations))
+	if full {
+		n *= 2
+	}
+	for i := int64(0); i < n; i++ {
+		if !r.waitProgress(r.cfg.Total * (i + 1) / (n + 1)) {
+			return
+		}
+		rules := revocations[i%int64(len(revocations))]
+		start := mono()
+		if err := r.setACL(rules...); err != nil {
+			r.t.Errorf("ACL SETUSER %s %v: %v", aclUser, rules, err)
+			return
+		}
+		r.pause(3 * watchdog / 2) // the revocation; cut short when the run ends
+		if err := r.setACL(aclRestore...); err != nil {
+			r.t.Errorf("ACL SETUSER %s %v: %v", aclUser, aclRestore, err)
+			return
+		}
+		r.fault("acl "+strings.Join(rules, " "), start)
+	}
+}
+
+// injectForceUnlock calls Mutex.ForceUnlock from the controller (a Client of
+// its own, straight to the lock server) every 20 to 120ms while the workers
+// contend, reading the fencing counter just before each call: a hold granted
+// after a force-unlock that deleted a lock must carry a token above it.
+func injectForceUnlock(r *run, _ bool) {
+	rc, err := r.lock.Client()
+	if err != nil {
+		r.t.Errorf("force-unlock client: %v", err)
+		return
+	}
+	defer rc.Close()
+	c, err := rlock.New(rc, rlock.WithKeyPrefix(r.cfg.Prefix))
+	if err != nil {
+		r.t.Errorf("force-unlock client: %v", err)
+		return
+	}
+	defer c.Close()
+	m := c.Mutex(r.cfg.Name)
+	fenceKey := r.cfg.Prefix + ":{" + r.cfg.Name + "}:fence"
+	for r.pause(time.Duration(20+rand.IntN(100)) * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		fence, err := rc.Do(ctx, rc.B().Get().Key(fenceKey).Build()).AsUint64()
+		if rueidis.IsRedisNil(err) {
+			fence, err = 0, nil
+		}
+		start := mono()
+		var deleted bool
+		if err == nil {
+			deleted, err = m.ForceUnlock(ctx)
+		}
+		end := mono()
+		cancel()
+		if err != nil {
+			r.t.Errorf("force unlock: %v", err)
+			return
+		}
+		r.mu.Lock()
+		r.forced = append(r.forced, forceUnlock{start: start, end: end, fence: fence, deleted: deleted})
+		r.mu.Unlock()
+		if deleted {
+			r.fault("force unlock", start)
 		}
 	}
 }

@@ -74,3 +74,77 @@ func TestCheckerCatchesViolations(t *testing.T) {
 		t.Error("the checker counted no stuck waiter")
 	}
 }
+
+// TestCheckerCatchesForceUnlockViolations feeds the checker a fabricated run
+// with force-unlocks: a hold granted after one with an older token, an
+// overlap it causes, and a lock key renewed forever, next to an overlap a
+// force-unlock excuses and the permanent counters.
+func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos suite skipped in -short mode")
+	}
+	t.Parallel()
+	servers := redistest.NewN(t, 2)
+	r := &run{
+		t: t, sc: scenario{name: "selftest-force-unlock", kind: "mutex"},
+		lock: servers[0], res: servers[1],
+		targets:          map[string]targetFault{},
+		leftoverPatience: 200 * time.Millisecond,
+		forced:           []forceUnlock{{start: 100, end: 200, fence: 1000, deleted: true}, {start: 300, end: 400, fence: 5000, deleted: false}},
+	}
+	r.resRC = redistest.Client(t, r.res)
+	r.cfg = workerConfig{Total: 3, Limit: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, cmd := range [][]string{
+		{"RPUSH", resLog, "1 990 w0.op1 0 1", "2 1065 w1.op2 1 2"},
+		// op2 (new holder) entered while op1 (force-unlocked) was inside:
+		// excused; op3 (stale) entered while op2 was inside: not excused.
+		{"RPUSH", resExceed, "w1.op2 w0.op1 w1.op2", "w0.op3 w1.op2 w0.op3"},
+		{"RPUSH", resReject, "991 w0.op3 read 1065"},
+	} {
+		if _, err := r.res.Do(ctx, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range [][]string{
+		{"SET", "chaos:{res}:fence", "1065"},
+		{"SET", "chaos:{res}:seq", "7"},
+		{"HSET", "chaos:{res}", "w0:1", "1"},
+		{"PEXPIRE", "chaos:{res}", "60000"},
+		{"SET", "chaos:{res}:odd", "1"},
+	} {
+		if _, err := r.lock.Do(ctx, cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := func(n int64, owner string, tok uint64, acq int64, cause string) event {
+		return event{Kind: "op", Op: n, Owner: owner, Token: tok, T0: 1, TAcq: acq, TWrite: acq + 1, ReadOK: true, WriteOK: true, ReleaseClass: "ok", Cause: cause}
+	}
+	op1 := op(1, "w0.op1", 990, 50, "leaselost")
+	op1.ReleaseClass = "lost"
+	op3 := op(3, "w0.op3", 991, 250, "leaselost")
+	op3.ReleaseClass, op3.ReadOK, op3.WriteOK = "lost", false, false
+	r.events = []event{op1, op(2, "w1.op2", 1065, 210, "released"), op3}
+
+	res := r.check(0)
+	all := strings.Join(res.violations, "\n")
+	for _, want := range []string{
+		"stale token after force-unlock: w0.op3",
+		"after force-unlocks: w0.op3 (token 991) was granted the lock after a force-unlock",
+		"left over: key chaos:{res} (hash) still there",
+		"left over: key chaos:{res}:odd (string) without expiry",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the checker missed %q; it reported:\n%s", want, all)
+		}
+	}
+	for _, unwanted := range []string{"w1.op2 (op 2) granted", "[w0.op1 w1.op2]", ":fence", ":seq "} {
+		if strings.Contains(all, unwanted) {
+			t.Errorf("the checker reported %q, which is allowed; it reported:\n%s", unwanted, all)
+		}
+	}
+	if res.overlaps != 1 || res.staleGrants != 1 {
+		t.Errorf("overlaps %d (want 1), stale grants %d (want 1)", res.overlaps, res.staleGrants)
+	}
+}

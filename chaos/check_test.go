@@ -32,10 +32,18 @@ type result struct {
 	// lateReleases counts releases that succeeded in Redis after the client
 	// had already declared the lease lost (and cancelled the context).
 	lateReleases int
-	stuck        int
-	recovery     time.Duration
-	elapsed      time.Duration
-	violations   []string
+	// permErrs counts calls that failed at once with a NOPERM error while
+	// the ACL user lacked a right (clear errors, not violations).
+	permErrs int
+	// reenterErrs counts re-entries that failed with a clear error.
+	reenterErrs int
+	// staleGrants counts holds granted after a force-unlock with a token
+	// issued before it.
+	staleGrants int
+	stuck       int
+	recovery    time.Duration
+	elapsed     time.Duration
+	violations  []string
 }
 
 func (res *result) violation(format string, args ...any) {
@@ -57,6 +65,12 @@ func (r *run) check(elapsed time.Duration) result {
 	targets := make(map[string]targetFault, len(r.targets))
 	for k, v := range r.targets {
 		targets[k] = v
+	}
+	var forced []forceUnlock
+	for _, f := range r.forced {
+		if f.deleted {
+			forced = append(forced, f)
+		}
 	}
 	r.mu.Unlock()
 	res := result{name: r.sc.name, ops: r.cfg.Total, elapsed: elapsed}
@@ -90,7 +104,11 @@ func (r *run) check(elapsed time.Duration) result {
 		case "timeout":
 			res.timeouts++
 		case "redis", "nolimit":
-			res.errs++
+			if r.sc.acl && permissionDenied(e.AcqErr) {
+				res.permErrs++
+			} else {
+				res.errs++
+			}
 		case "foreign-deadline":
 			res.errs++
 			res.foreignDeadlines++
@@ -102,6 +120,24 @@ func (r *run) check(elapsed time.Duration) result {
 		}
 		if e.Cause == "leaselost" {
 			res.lostLeases++
+		}
+		if e.ReenterErr != "" {
+			if !strings.HasPrefix(e.ReenterErr, "rlock: ") {
+				res.violation("op %d: re-entry failed with an unclear error: %s", e.Op, e.ReenterErr)
+			}
+			res.reenterErrs++
+		}
+		switch {
+		case e.InnerClass == "error" && r.sc.acl && permissionDenied(e.InnerErr):
+			res.permErrs++
+		case e.InnerClass == "error":
+			res.violation("op %d: inner unlock (of the re-entered level) failed: %s", e.Op, e.InnerErr)
+		case (e.InnerClass == "lost" || e.InnerClass == "notheld") && e.Cause != "leaselost":
+			res.violation("op %d: inner unlock (of the re-entered level) said %s (%s), but the cause is %s", e.Op, e.InnerClass, e.InnerErr, e.Cause)
+		}
+		permDenied := r.sc.acl && e.ReleaseClass == "error" && permissionDenied(e.ReleaseErr)
+		if permDenied {
+			res.permErrs++
 		}
 		switch {
 		case e.Cause == "held":
@@ -117,7 +153,7 @@ func (r *run) check(elapsed time.Duration) result {
 			res.violation("op %d: released, but the cause is %s", e.Op, e.Cause)
 		case (e.ReleaseClass == "lost" || e.ReleaseClass == "notheld") && e.Cause != "leaselost":
 			res.violation("op %d: release said %s (%s), but the cause is %s", e.Op, e.ReleaseClass, e.ReleaseErr, e.Cause)
-		case e.ReleaseClass == "error":
+		case e.ReleaseClass == "error" && !permDenied:
 			res.violation("op %d: release failed: %s", e.Op, e.ReleaseErr)
 		}
 		if r.sc.kind == "mutex" && (!e.ReadOK || !e.WriteOK) {
@@ -143,13 +179,49 @@ func (r *run) check(elapsed time.Duration) result {
 		res.checkFencing(ctx, r, byOwner)
 	}
 
+	// A force-unlock ends whatever hold there is: every hold granted after
+	// one must carry a token above the fencing counter read just before it.
+	// A Client that passes on locally a lock it no longer has (cohorting)
+	// hands out tokens it reserved before.
+	stale := map[string]bool{}
+	if r.sc.kind == "mutex" {
+		for _, e := range events {
+			if e.Kind != "op" || e.AcqClass != "" || e.Token == 0 {
+				continue
+			}
+			for i := len(forced) - 1; i >= 0; i-- {
+				f := forced[i]
+				if f.end < e.TAcq && e.Token <= f.fence {
+					stale[e.Owner] = true
+					res.staleGrants++
+					res.violation("stale token after force-unlock: %s (op %d) granted %v after force-unlock #%d ended, with token %d, not above the fencing counter %d read before it (write accepted %v, release %s, cause %s)",
+						e.Owner, e.Op, time.Duration(e.TAcq-f.end).Round(time.Microsecond), i+1, e.Token, f.fence, e.WriteOK, e.ReleaseClass, e.Cause)
+					break
+				}
+			}
+		}
+	}
+
 	// Mutual exclusion as the workload saw it: an entry over the limit is
-	// excused only when one of those inside had lost its lease.
+	// excused only when one of those inside had lost its lease. Where
+	// force-unlocks were injected, more is asked: every holder inside but the
+	// one with the highest token must have lost its lease and hold a lower
+	// token, and none may have been granted the lock after a force-unlock
+	// with an older token; so fencing rejects whatever the older ones try
+	// once the newest has touched the resource.
 	exc, err := resource{c: r.resRC}.exceedances(ctx)
 	if err != nil {
 		res.violation("resource: %v", err)
 	}
 	for _, inside := range exc {
+		if len(forced) > 0 && r.sc.kind == "mutex" {
+			if why := forcedOverlap(inside[1:], byOwner, stale); why != "" {
+				res.violation("%d inside at once (limit %d) after force-unlocks: %s: %v", len(inside)-1, r.cfg.Limit, why, inside[1:])
+			} else {
+				res.overlaps++
+			}
+			continue
+		}
 		excused := false
 		for _, owner := range inside[1:] {
 			if e, ok := byOwner[owner]; ok && e.Cause == "leaselost" {
@@ -195,6 +267,75 @@ func (r *run) check(elapsed time.Duration) result {
 	return res
 }
 
+// forcedOverlap returns why an overlap of the Mutex holders inside is not
+// excused by a force-unlock, or "" when it is: each of them but the one with
+// the highest token lost its lease, holds a lower token, and was not granted
+// the lock after a force-unlock with an older token.
+func forcedOverlap(inside []string, byOwner map[string]event, stale map[string]bool) string {
+	var top event
+	for _, owner := range inside {
+		e, ok := byOwner[owner]
+		if !ok {
+			return owner + " never reported"
+		}
+		if e.Token > top.Token {
+			top = e
+		}
+	}
+	for _, owner := range inside {
+		e := byOwner[owner]
+		switch {
+		case e.Owner == top.Owner:
+		case stale[owner]:
+			return fmt.Sprintf("%s (token %d) was granted the lock after a force-unlock with an older token", owner, e.Token)
+		case e.Token >= top.Token:
+			return fmt.Sprintf("%s and %s hold the same token %d", owner, top.Owner, e.Token)
+		case e.Cause != "leaselost":
+			return fmt.Sprintf("%s (token %d, below %s's %d) never lost its lease (cause %s, release %s)", owner, e.Token, top.Owner, top.Token, e.Cause, e.ReleaseClass)
+		}
+	}
+	return ""
+}
+
+// permissionDenied reports whether an error is Redis refusing a command or
+// channel to the ACL user (NOPERM, or a script's command refused).
+func permissionDenied(msg string) bool {
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command")
+}
+
+// violationKind names the kind of a violation message, for the summary.
+func violationKind(v string) string {
+	for _, k := range []struct{ sub, kind string }{
+		{"accepted twice", "duplicate token"},
+		{"accepted after token", "non-monotonic token"},
+		{"lost update", "lost update"},
+		{"stale token after force-unlock", "stale token after force-unlock"},
+		{"after force-unlocks", "unexcused overlap after force-unlock"},
+		{"inside at once", "unexcused overlap"},
+		{"never finished", "stuck waiter"},
+		{"waited", "stuck waiter"},
+		{"left over: key", "leftover key"},
+		{"left over: semaphore", "semaphore not back to its limit"},
+		{"left over: ", "leftover"},
+		{"hold context still live", "hold context live after release"},
+		{"inner unlock", "inner unlock failed"},
+		{"release failed", "release failed"},
+		{"but the cause is", "wrong cause"},
+		{"unclear error", "unclear error"},
+		{"kept its lease", "targeted holder kept its lease"},
+		{"leaked", "goroutine leak"},
+		{"reported", "misreported operation"},
+	} {
+		if strings.Contains(v, k.sub) {
+			return k.kind
+		}
+	}
+	if len(v) > 40 {
+		v = v[:40]
+	}
+	return v
+}
+
 func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]event) {
 	log, err := resource{c: r.resRC}.log(ctx)
 	if err != nil {
@@ -226,13 +367,12 @@ func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]
 }
 
 // checkLeftovers waits for the lock server to be clean: no subscription, no
-// lock or queue key, every permit back.
+// lock or queue key (with an expiry or without), every permit back. Only the
+// keys the library documents as permanent may stay: a Mutex's fencing and
+// arrival counters (:fence, :seq) and a semaphore's state hash (:sem).
+// Release latches and tombstones, set once with a fixed expiry, may remain.
 func (r *run) checkLeftovers(ctx context.Context, res *result) {
-	patience := 3*watchdog + 10*time.Second
-	if r.leftoverPatience > 0 {
-		patience = r.leftoverPatience
-	}
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(r.leftoverWait())
 	var problems []string
 	for {
 		problems = r.leftovers(ctx)
@@ -269,19 +409,25 @@ func (r *run) leftovers(ctx context.Context) []string {
 		return append(out, fmt.Sprintf("snapshot: %v", err))
 	}
 	for k, st := range snap {
-		if st.HasExpiry {
-			continue // a release latch or tombstone, gone by itself soon
-		}
 		typ, err := r.lock.Do(ctx, "TYPE", k)
 		if err != nil {
 			return append(out, fmt.Sprintf("TYPE %s: %v", k, err))
 		}
 		ts, _ := typ.ToString()
 		switch {
-		case ts == "string": // a counter: fencing tokens, arrival numbers
-		case ts == "hash" && strings.HasSuffix(k, ":sem"): // the semaphore's limit and counts
+		case ts == "none": // expired meanwhile
+		case ts == "string" && (strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":seq")) && !st.HasExpiry:
+			// a Mutex's fencing or arrival counter: permanent
+		case ts == "hash" && strings.HasSuffix(k, ":sem") && !st.HasExpiry: // the semaphore's limit and counts
+		case st.HasExpiry && (strings.Contains(k, ":latch:") || strings.Contains(k, ":gone:")):
+			// a release latch or tombstone: a fixed lifetime nobody extends
+		case st.HasExpiry:
+			pttl, _ := r.lock.Do(ctx, "PTTL", k)
+			ms, _ := pttl.AsInt64()
+			out = append(out, fmt.Sprintf("key %s (%s) still there %v after the run, expiring in %dms (renewed by someone?)%s",
+				k, ts, r.leftoverWait(), ms, describeKey(ctx, r, k, ts)))
 		default:
-			out = append(out, fmt.Sprintf("key %s (%s) without expiry", k, ts))
+			out = append(out, fmt.Sprintf("key %s (%s) without expiry%s", k, ts, describeKey(ctx, r, k, ts)))
 		}
 	}
 	if r.sc.kind == "semaphore" {
@@ -293,6 +439,43 @@ func (r *run) leftovers(ctx context.Context) []string {
 		}
 	}
 	return out
+}
+
+// leftoverWait is how long after the run the leftover check waits.
+func (r *run) leftoverWait() time.Duration {
+	if r.leftoverPatience > 0 {
+		return r.leftoverPatience
+	}
+	return 3*watchdog + 10*time.Second
+}
+
+// describeKey returns the content of a small leftover key, for the report.
+func describeKey(ctx context.Context, r *run, k, typ string) string {
+	var cmd []string
+	switch typ {
+	case "hash":
+		cmd = []string{"HGETALL", k}
+	case "zset":
+		cmd = []string{"ZRANGE", k, "0", "9"}
+	case "string":
+		cmd = []string{"GET", k}
+	default:
+		return ""
+	}
+	m, err := r.lock.Do(ctx, cmd...)
+	if err != nil {
+		return ""
+	}
+	if s, err := m.ToString(); err == nil {
+		return ": " + s
+	}
+	if mp, err := m.AsStrMap(); err == nil && typ == "hash" {
+		return fmt.Sprintf(": %v", mp)
+	}
+	if a, err := m.AsStrSlice(); err == nil {
+		return fmt.Sprintf(": %v", a)
+	}
+	return ""
 }
 
 func semState(ctx context.Context, r *run) (semaphore.State, error) {

@@ -2,14 +2,23 @@
 // API. Its tests (chaos_test.go) run rlock.Mutex and semaphore.Semaphore
 // workloads in several worker processes against a real Redis while faults
 // are injected (killed connections, a restarted or stalled server, paused
-// holders, a cut-off watchdog, lost pub/sub messages), and check the
-// outcome: fenced writes, no lost update, holders within the limit, no stuck
-// waiter, nothing left behind.
+// holders, a cut-off watchdog, lost pub/sub messages, lost command replies,
+// ACL rights revoked at run time, ForceUnlock under load), and check the
+// outcome: fenced writes, no lost update, holders within the limit, no hold
+// granted after a force-unlock with an older token, no stuck waiter, nothing
+// left behind (every key but the permanent counters gone).
 //
-// A short version of every scenario runs with go test ./...; the full one
+// A short version of most scenarios runs with go test ./...; the full suite
+// (with lost-replies and acl-revoked, which are full only, and a longer
+// force-unlock)
 // with
 //
 //	make chaos
+//
+// One scenario or a few run alone with -chaos.only, a regular expression
+// matched against kind/name, for example
+//
+//	go test -race -count=1 -run '^TestChaos$' ./chaos -chaos.full -chaos.only='^mutex/force-unlock$'
 //
 // which prints a table of the figures (see RESULTS.md, and the Guarantees
 // section of README.md for what they mean).

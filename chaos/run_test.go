@@ -50,6 +50,7 @@ type run struct {
 	events  []event
 	faults  []fault
 	targets map[string]targetFault // operations a fault was aimed at, by owner
+	forced  []forceUnlock          // ForceUnlock calls, in order
 	ready   map[int]bool
 	done    map[int]bool
 	closed  map[int]event
@@ -65,6 +66,15 @@ func (r *run) fault(kind string, start int64) {
 	r.mu.Lock()
 	r.faults = append(r.faults, fault{kind: kind, start: start, end: mono()})
 	r.mu.Unlock()
+}
+
+// forceUnlock is one Mutex.ForceUnlock call of the controller: its monotonic
+// start and end, the fencing counter read just before it, and whether it
+// deleted a lock.
+type forceUnlock struct {
+	start, end int64
+	fence      uint64
+	deleted    bool
 }
 
 type targetFault struct {
@@ -133,12 +143,19 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	}
 	r.cfg = workerConfig{
 		Kind: sc.kind, ResAddr: r.res.Addr(), Prefix: "chaos", Name: "res",
-		Goroutines: goroutines, Total: ops, Limit: limit,
+		Goroutines: sc.workerGoroutines(), Total: ops, Limit: limit,
 		Watchdog: watchdog, Wait: waitTimeout, Work: 2 * time.Millisecond,
 		LongEvery: sc.longEvery, LongHold: sc.longHold,
+		Reenter: sc.reenter && sc.kind == "mutex",
 	}
 	if sc.kind == "semaphore" {
 		setLimit(t, r.lock, limit)
+	}
+	if sc.acl {
+		if err := r.setACL(aclRules...); err != nil {
+			t.Fatalf("ACL SETUSER %s: %v", aclUser, err)
+		}
+		r.cfg.Username, r.cfg.Password = aclUser, aclPassword
 	}
 
 	for i := range workers {
@@ -341,6 +358,7 @@ func (r *run) undoFaults() {
 		p.Block(false)
 		p.DropMessages(false)
 		p.SetLatency(0)
+		p.CancelLosses()
 	}
 	_ = r.lock.Resume()
 	for _, c := range r.procs {
@@ -351,6 +369,19 @@ func (r *run) undoFaults() {
 	if r.lock.Ping(ctx) != nil {
 		_ = r.lock.Restart(ctx)
 	}
+	if r.sc.acl {
+		if err := r.setACL(aclRestore...); err != nil {
+			r.t.Errorf("ACL SETUSER %s: %v", aclUser, err)
+		}
+	}
+}
+
+// setACL applies ACL rules to the workers' user on the lock server.
+func (r *run) setACL(rules ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.lock.Do(ctx, append([]string{"ACL", "SETUSER", aclUser}, rules...)...)
+	return err
 }
 
 // writeLog writes every operation and fault of the run as JSON lines.

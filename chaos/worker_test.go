@@ -41,6 +41,9 @@ type workerConfig struct {
 	Work       time.Duration // time in the critical section
 	LongEvery  int64         // every LongEvery-th operation is long (0: none)
 	LongHold   time.Duration
+	Reenter    bool   // Mutex: re-enter every hold once, and unlock that level before the last
+	Username   string // ACL user for the lock server ("": default user)
+	Password   string
 }
 
 // event is one line a worker writes to stdout. Times are CLOCK_MONOTONIC
@@ -62,6 +65,10 @@ type event struct {
 	ReadOK, WriteOK bool  `json:",omitempty"`
 	Seq             int64 `json:",omitempty"`
 	CtxDoneAtWrite  bool  `json:",omitempty"`
+
+	ReenterErr string `json:",omitempty"` // the re-entry failed (the level is not unlocked)
+	InnerErr   string `json:",omitempty"` // unlocking the re-entered level failed
+	InnerClass string `json:",omitempty"` // ok, lost, notheld, error
 
 	ReleaseErr   string `json:",omitempty"`
 	ReleaseClass string `json:",omitempty"` // ok, lost, notheld, error
@@ -117,7 +124,8 @@ func (w *worker) run() error {
 		return err
 	}
 	defer resRC.Close()
-	lockRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true})
+	lockRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true,
+		Username: cfg.Username, Password: cfg.Password})
 	if err != nil {
 		return err
 	}
@@ -228,6 +236,15 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	if w.m != nil {
 		ev.Token, _ = w.m.Token(hold)
 	}
+	reentered := false
+	if cfg.Reenter {
+		// Re-entry with the lock context: the hold count goes to 2.
+		if _, err := w.m.Lock(hold, rlock.WithWaitTimeout(cfg.Wait)); err != nil {
+			ev.ReenterErr = err.Error()
+		} else {
+			reentered = true
+		}
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if ev.Inside, err = w.res.enter(rctx, ev.Owner, cfg.Limit); err != nil {
@@ -255,6 +272,13 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	}
 	if err := w.res.leave(rctx, ev.Owner); err != nil {
 		return fmt.Errorf("resource leave: %w", err)
+	}
+	if reentered {
+		err := w.m.Unlock(hold) // the re-entered level: the hold stays
+		ev.InnerClass = classifyRelease(err)
+		if err != nil {
+			ev.InnerErr = err.Error()
+		}
 	}
 	err = w.release(hold)
 	ev.ReleaseClass = classifyRelease(err)

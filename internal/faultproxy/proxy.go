@@ -1,8 +1,11 @@
 // Package faultproxy is a loopback TCP proxy for fault-injection tests. It sits
 // between a client and a Redis server and can add latency, stall traffic
 // (connections stay open, nothing moves), cut connections, refuse new ones,
-// and drop pub/sub messages ("message", "smessage" and "pmessage" pushes)
-// travelling from the server to the client.
+// drop pub/sub messages ("message", "smessage" and "pmessage" pushes)
+// travelling from the server to the client, and lose replies: forward a
+// command to the server and cut the connection before its reply is relayed
+// back (see LoseReply), so that the command runs but its caller never learns
+// the outcome.
 //
 // It listens on 127.0.0.1 only, on a port the kernel picks.
 package faultproxy
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +39,9 @@ type Proxy struct {
 	dropped atomic.Int64
 	cuts    atomic.Int64
 
+	losses []*loss // armed by LoseReply, taken in order; guarded by mu
+	lost   atomic.Int64
+
 	wg sync.WaitGroup
 }
 
@@ -42,6 +49,19 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	once           sync.Once
+
+	mu         sync.Mutex
+	sent       int64 // commands forwarded to the server
+	replies    int64 // replies (not pushes) read from the server
+	subscriber bool  // the client subscribed on this connection
+	loseAt     int64 // index of the command whose reply is lost; -1: none
+	loss       *loss
+}
+
+// loss is one armed LoseReply.
+type loss struct {
+	match func(args []string) bool
+	done  chan struct{}
 }
 
 func (l *link) close() {
@@ -134,6 +154,53 @@ func (p *Proxy) DropMessages(on bool) { p.drop.Store(on) }
 // Dropped is how many pub/sub messages were dropped so far.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
+// LoseReply arms the loss of one reply: the next command, on any connection
+// that did not subscribe to pub/sub channels, for which match returns true (nil
+// matches every command) is forwarded to the server, and every byte the
+// server sends back on that connection from then on is dropped; once the
+// server has replied to that command (so it has run) the connection is cut.
+// Replies to commands pipelined before or after it on that connection are
+// lost with it. Several losses may be armed at once; each is taken by one
+// command. The returned channel is closed when the loss happened (the reply
+// was dropped and the connection cut).
+//
+// match receives the command's arguments (the name first, as sent); it must
+// not keep them.
+func (p *Proxy) LoseReply(match func(args []string) bool) <-chan struct{} {
+	l := &loss{match: match, done: make(chan struct{})}
+	p.mu.Lock()
+	p.losses = append(p.losses, l)
+	p.mu.Unlock()
+	return l.done
+}
+
+// CancelLosses disarms every LoseReply not taken by a command yet; it returns
+// how many there were. Losses under way (command forwarded, reply awaited)
+// still happen.
+func (p *Proxy) CancelLosses() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.losses)
+	p.losses = nil
+	return n
+}
+
+// LostReplies is how many armed losses happened so far.
+func (p *Proxy) LostReplies() int64 { return p.lost.Load() }
+
+// takeLoss returns the first armed loss matching the command, removing it.
+func (p *Proxy) takeLoss(args []string) *loss {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, l := range p.losses {
+		if l.match == nil || l.match(args) {
+			p.losses = append(p.losses[:i:i], p.losses[i+1:]...)
+			return l
+		}
+	}
+	return nil
+}
+
 // Conns is how many connections are open now.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -187,7 +254,7 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	l := &link{client: client, server: server}
+	l := &link{client: client, server: server, loseAt: -1}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -205,11 +272,11 @@ func (p *Proxy) serve(client net.Conn) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer l.close()
-		p.pipeRaw(server, client)
+		p.pipeCommands(l)
 	})
 	wg.Go(func() {
 		defer l.close()
-		p.pipeFrames(client, server)
+		p.pipeFrames(l)
 	})
 	wg.Wait()
 }
@@ -234,42 +301,108 @@ func (p *Proxy) gate() bool {
 	}
 }
 
-// pipeRaw copies client-to-server bytes in chunks.
-func (p *Proxy) pipeRaw(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
+// pipeCommands copies client-to-server traffic one command at a time, so
+// that a command can be picked for a lost reply. Commands already buffered
+// are forwarded together.
+func (p *Proxy) pipeCommands(l *link) {
+	r := bufio.NewReaderSize(l.client, 32<<10)
+	var out []byte
+	var n int64 // commands in out
+	flush := func() bool {
+		if len(out) == 0 {
+			return true
+		}
+		if !p.gate() {
+			return false
+		}
+		l.mu.Lock()
+		l.sent += n
+		l.mu.Unlock()
+		_, err := l.server.Write(out)
+		out, n = out[:0], 0
+		return err == nil
+	}
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.gate() {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+		raw, args, err := readCommand(r)
+		if err != nil {
+			flush()
+			return
+		}
+		if len(args) > 0 {
+			switch name := strings.ToUpper(args[0]); name {
+			case "SUBSCRIBE", "SSUBSCRIBE", "PSUBSCRIBE":
+				l.mu.Lock()
+				l.subscriber = true
+				l.mu.Unlock()
+			default:
+				l.mu.Lock()
+				armable := !l.subscriber && l.loseAt < 0
+				l.mu.Unlock()
+				if armable {
+					if lo := p.takeLoss(args); lo != nil {
+						// Everything before it goes first, then it alone, so that
+						// its index is known before its reply can come back.
+						if !flush() {
+							return
+						}
+						l.mu.Lock()
+						l.loseAt, l.loss = l.sent, lo
+						l.mu.Unlock()
+						out, n = append(out, raw...), 1
+						if !flush() {
+							return
+						}
+						continue
+					}
+				}
 			}
 		}
-		if err != nil {
+		out = append(out, raw...)
+		n++
+		if r.Buffered() > 0 && len(out) < 64<<10 {
+			continue
+		}
+		if !flush() {
 			return
 		}
 	}
 }
 
 // pipeFrames copies server-to-client traffic one RESP value at a time, so
-// that pub/sub messages can be dropped whole. Values already buffered are
-// forwarded together.
-func (p *Proxy) pipeFrames(dst, src net.Conn) {
-	r := bufio.NewReaderSize(src, 32<<10)
+// that pub/sub messages can be dropped whole and replies counted. Values
+// already buffered are forwarded together.
+func (p *Proxy) pipeFrames(l *link) {
+	r := bufio.NewReaderSize(l.server, 32<<10)
 	var out []byte
 	for {
 		frame, err := readFrame(r)
 		if err != nil {
 			if len(out) > 0 && p.gate() {
-				_, _ = dst.Write(out)
+				_, _ = l.client.Write(out)
 			}
 			return
 		}
-		if p.drop.Load() && frame.isMessage {
+		l.mu.Lock()
+		if !frame.isPush {
+			l.replies++
+		}
+		losing, lo := l.loseAt >= 0, l.loss
+		hit := losing && l.replies > l.loseAt
+		l.mu.Unlock()
+		if hit {
+			// The command ran and its reply is here: drop it and cut.
+			p.lost.Add(1)
+			p.cuts.Add(1)
+			l.close()
+			close(lo.done)
+			return
+		}
+		switch {
+		case losing:
+			// Replies after the lost command's are dropped with it.
+		case p.drop.Load() && frame.isMessage:
 			p.dropped.Add(1)
-		} else {
+		default:
 			out = append(out, frame.raw...)
 		}
 		if r.Buffered() > 0 && len(out) < 64<<10 {
@@ -281,11 +414,49 @@ func (p *Proxy) pipeFrames(dst, src net.Conn) {
 		if !p.gate() {
 			return
 		}
-		if _, err := dst.Write(out); err != nil {
+		if _, err := l.client.Write(out); err != nil {
 			return
 		}
 		out = out[:0]
 	}
+}
+
+// readCommand reads one command sent by a client: a RESP array of bulk
+// strings, or an inline command. It returns the raw bytes and the arguments.
+func readCommand(r *bufio.Reader) ([]byte, []string, error) {
+	b, err := r.Peek(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b[0] != '*' {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return line, nil, err
+		}
+		return line, strings.Fields(string(line)), nil
+	}
+	var raw []byte
+	var args []string
+	line, err := r.ReadBytes('\n')
+	raw = append(raw, line...)
+	if err != nil {
+		return raw, nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return raw, nil, errProtocol
+	}
+	n, err := atoi(line[1 : len(line)-2])
+	if err != nil || n > maxAggregate {
+		return raw, nil, errProtocol
+	}
+	for i := 0; i < n; i++ {
+		s, err := readValue(r, &raw, false)
+		if err != nil {
+			return raw, nil, err
+		}
+		args = append(args, s)
+	}
+	return raw, args, nil
 }
 
 var errProtocol = errors.New("faultproxy: RESP protocol error")
@@ -293,6 +464,7 @@ var errProtocol = errors.New("faultproxy: RESP protocol error")
 type frame struct {
 	raw       []byte
 	isMessage bool
+	isPush    bool // a RESP3 push (out of band, not a reply)
 }
 
 // readFrame reads one complete RESP2/RESP3 value.
@@ -303,6 +475,7 @@ func readFrame(r *bufio.Reader) (frame, error) {
 		return f, err
 	}
 	f.isMessage = first == "message" || first == "smessage" || first == "pmessage"
+	f.isPush = len(f.raw) > 0 && f.raw[0] == '>'
 	return f, nil
 }
 
