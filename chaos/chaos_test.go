@@ -224,6 +224,9 @@ func (res result) notes() string {
 	if len(res.violations) > 0 {
 		parts = append(parts, "violations: "+res.kinds())
 	}
+	if res.windowPasses > 0 {
+		parts = append(parts, fmt.Sprintf("%d local pass(es) made within %v of a force-unlock, before the Client heard of it: never confirmed, their writes refused by the fence (the documented window)", res.windowPasses, forceUnlockWindow))
+	}
 	if res.lateReleases > 0 {
 		parts = append(parts, fmt.Sprintf("%d release(s) succeeded in Redis after the client had declared the lease lost", res.lateReleases))
 	}

@@ -93,7 +93,7 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 		forced:           []forceUnlock{{start: 100, end: 200, fence: 1000, deleted: true}, {start: 300, end: 400, fence: 5000, deleted: false}},
 	}
 	r.resRC = redistest.Client(t, r.res)
-	r.cfg = workerConfig{Total: 3, Limit: 1}
+	r.cfg = workerConfig{Total: 5, Limit: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, cmd := range [][]string{
@@ -101,7 +101,7 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 		// op2 (new holder) entered while op1 (force-unlocked) was inside:
 		// excused; op3 (stale) entered while op2 was inside: not excused.
 		{"RPUSH", resExceed, "w1.op2 w0.op1 w1.op2", "w0.op3 w1.op2 w0.op3"},
-		{"RPUSH", resReject, "991 w0.op3 read 1065"},
+		{"RPUSH", resReject, "991 w0.op3 read 1065", "992 w2.op4 read 1065", "993 w2.op5 read 1065"},
 	} {
 		if _, err := r.res.Do(ctx, cmd...); err != nil {
 			t.Fatal(err)
@@ -123,14 +123,23 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 	}
 	op1 := op(1, "w0.op1", 990, 50, "leaselost")
 	op1.ReleaseClass = "lost"
-	op3 := op(3, "w0.op3", 991, 250, "leaselost")
-	op3.ReleaseClass, op3.ReadOK, op3.WriteOK = "lost", false, false
-	r.events = []event{op1, op(2, "w1.op2", 1065, 210, "released"), op3}
+	// op3: a stale pass the library confirmed (its release succeeded).
+	op3 := op(3, "w0.op3", 991, 250, "released")
+	op3.ReadOK, op3.WriteOK = false, false
+	// op4: a stale pass in the documented window (1ms after the first
+	// force-unlock), never confirmed, its write refused: not a violation.
+	op4 := op(4, "w2.op4", 992, 200+int64(time.Millisecond), "leaselost")
+	op4.ReleaseClass, op4.ReadOK, op4.WriteOK = "lost", false, false
+	// op5: the same, but 1s later: the Client should have heard by then.
+	op5 := op(5, "w2.op5", 993, 200+int64(time.Second), "leaselost")
+	op5.ReleaseClass, op5.ReadOK, op5.WriteOK = "lost", false, false
+	r.events = []event{op1, op(2, "w1.op2", 1065, 210, "released"), op3, op4, op5}
 
 	res := r.check(0)
 	all := strings.Join(res.violations, "\n")
 	for _, want := range []string{
 		"stale token after force-unlock: w0.op3",
+		"stale token after force-unlock: w2.op5",
 		"after force-unlocks: w0.op3 (token 991) was granted the lock after a force-unlock",
 		"left over: key chaos:{res} (hash) still there",
 		"left over: key chaos:{res}:odd (string) without expiry",
@@ -139,12 +148,12 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 			t.Errorf("the checker missed %q; it reported:\n%s", want, all)
 		}
 	}
-	for _, unwanted := range []string{"w1.op2 (op 2) granted", "[w0.op1 w1.op2]", ":fence", ":seq "} {
+	for _, unwanted := range []string{"w1.op2 (op 2) granted", "[w0.op1 w1.op2]", ":fence", ":seq ", "w2.op4"} {
 		if strings.Contains(all, unwanted) {
 			t.Errorf("the checker reported %q, which is allowed; it reported:\n%s", unwanted, all)
 		}
 	}
-	if res.overlaps != 1 || res.staleGrants != 1 {
-		t.Errorf("overlaps %d (want 1), stale grants %d (want 1)", res.overlaps, res.staleGrants)
+	if res.overlaps != 1 || res.staleGrants != 3 || res.windowPasses != 1 {
+		t.Errorf("overlaps %d (want 1), stale grants %d (want 3), in the window %d (want 1)", res.overlaps, res.staleGrants, res.windowPasses)
 	}
 }

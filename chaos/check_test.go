@@ -40,10 +40,15 @@ type result struct {
 	// staleGrants counts holds granted after a force-unlock with a token
 	// issued before it.
 	staleGrants int
-	stuck       int
-	recovery    time.Duration
-	elapsed     time.Duration
-	violations  []string
+	// windowPasses counts those of them made within forceUnlockWindow of the
+	// force-unlock, before the holding Client could hear of it, that the
+	// library never confirmed (the hold ended as lost) and whose writes the
+	// fence refused: the window README.md documents, not violations.
+	windowPasses int
+	stuck        int
+	recovery     time.Duration
+	elapsed      time.Duration
+	violations   []string
 }
 
 func (res *result) violation(format string, args ...any) {
@@ -53,6 +58,10 @@ func (res *result) violation(format string, args ...any) {
 // stuckSlack is how far past its wait timeout an acquisition may return
 // before it counts as stuck: generous, for a loaded machine under -race.
 const stuckSlack = 15 * time.Second
+
+// forceUnlockWindow bounds the time a holding Client may take to hear of a
+// force-unlock (one pub/sub delivery, on a loaded 2-core machine under -race).
+const forceUnlockWindow = 10 * time.Millisecond
 
 // check verifies the run once the workload is over; the workers are still
 // connected.
@@ -182,7 +191,10 @@ func (r *run) check(elapsed time.Duration) result {
 	// A force-unlock ends whatever hold there is: every hold granted after
 	// one must carry a token above the fencing counter read just before it.
 	// A Client that passes on locally a lock it no longer has (cohorting)
-	// hands out tokens it reserved before.
+	// hands out tokens it reserved before. The one exception is the window
+	// the library documents: a pass made before the Client could hear of the
+	// force-unlock (within forceUnlockWindow), which must then end as lost,
+	// never report a successful release, and have its write refused.
 	stale := map[string]bool{}
 	if r.sc.kind == "mutex" {
 		for _, e := range events {
@@ -192,8 +204,12 @@ func (r *run) check(elapsed time.Duration) result {
 			for i := len(forced) - 1; i >= 0; i-- {
 				f := forced[i]
 				if f.end < e.TAcq && e.Token <= f.fence {
-					stale[e.Owner] = true
 					res.staleGrants++
+					if time.Duration(e.TAcq-f.end) <= forceUnlockWindow && !e.WriteOK && e.Cause == "leaselost" && e.ReleaseClass != "ok" {
+						res.windowPasses++
+						break
+					}
+					stale[e.Owner] = true
 					res.violation("stale token after force-unlock: %s (op %d) granted %v after force-unlock #%d ended, with token %d, not above the fencing counter %d read before it (write accepted %v, release %s, cause %s)",
 						e.Owner, e.Op, time.Duration(e.TAcq-f.end).Round(time.Microsecond), i+1, e.Token, f.fence, e.WriteOK, e.ReleaseClass, e.Cause)
 					break
