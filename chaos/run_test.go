@@ -194,6 +194,11 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	elapsed := time.Since(started)
 
 	res := r.check(elapsed)
+	if sc.inject != nil && sc.fullOnly && res.faults == 0 {
+		// A fault scenario that injected nothing tested nothing (a fault
+		// aimed at a command shape the library no longer sends, say).
+		res.violation("no fault was injected")
+	}
 	if *logDir != "" {
 		r.writeLog(filepath.Join(*logDir, strings.ReplaceAll(sc.kind+"-"+sc.name, "/", "-")+".jsonl"))
 	}
