@@ -23,8 +23,8 @@ var (
 	ErrUnlocked = core.ErrUnlocked
 	// ErrInvalidName reports a lock name or key prefix that cannot be used.
 	ErrInvalidName = errors.New("rlock: invalid name")
-	// ErrInvalidLease reports a non-positive lease, watchdog timeout or other
-	// duration option.
+	// ErrInvalidLease reports a lease, watchdog timeout or other duration
+	// option out of its range (see the Min* and Max* constants).
 	ErrInvalidLease = errors.New("rlock: invalid lease")
 	// ErrInvalidOption reports any other option value out of range.
 	ErrInvalidOption = errors.New("rlock: invalid option")

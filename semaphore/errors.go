@@ -23,7 +23,8 @@ var (
 	ErrInvalidName = errors.New("semaphore: invalid name")
 	// ErrInvalidCount reports a permit count or limit out of range.
 	ErrInvalidCount = errors.New("semaphore: invalid count")
-	// ErrInvalidLease reports a non-positive lease or wait timeout.
+	// ErrInvalidLease reports a lease or wait timeout out of its range (see
+	// MinLease, MaxLease and MaxWaitTimeout).
 	ErrInvalidLease = errors.New("semaphore: invalid lease")
 	// ErrReleased is the cause of a permit context cancelled by Release.
 	ErrReleased = errors.New("semaphore: released")
