@@ -106,7 +106,17 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	a.cohort = wait && a.renew
 	// A first attempt, unless the lock is known to be contended: goroutines
 	// of this Client hold or wait for it (then the attempt could only fail).
-	if !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.channel) == 0) {
+	// A blocking Lock whose channel is subscribed already (it lingers after
+	// this Client's last wait: a worker locking in a loop) skips it too: one
+	// script then acquires or queues, with no hand-off message to miss.
+	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.channel) == 0)
+	var early *pubsub.Waiter
+	if firstAttempt && wait {
+		if early = m.c.Mux.SubscribeIfLive(m.keys.channel, 1); early != nil {
+			firstAttempt = false
+		}
+	}
+	if firstAttempt {
 		ok, wait2, err := a.try(ctx, nil)
 		switch {
 		case err != nil && wait && core.Retryable(ctx, err):
@@ -125,11 +135,19 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	}
 	if a.cohort {
 		if done, lockCtx, err := joinCohort(); done {
+			if early != nil {
+				early.Leave(false)
+			}
 			return lockCtx, err
 		}
 	}
 	startWait()
-	if err := m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try); err != nil {
+	if early != nil {
+		err = m.c.WaitWith(waitCtx, early, a.try)
+	} else {
+		err = m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try)
+	}
+	if err != nil {
 		// Give up our place in the queue (and anything the last attempt
 		// may have taken), so the next waiter is not held up.
 		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)

@@ -532,3 +532,42 @@ func (e *ftEnv) warmUp(clients ...*rlock.Client) {
 		mustUnlockFT(e.t, c.Mutex("warm-up"), lc)
 	}
 }
+
+// A worker that locks in a loop, one goroutine per Client, contended by
+// another such Client: while its channel stays subscribed between waits, a
+// contended Lock costs one script (acquire-and-queue), not a first attempt
+// that cannot queue plus a second that does.
+func TestWorkerLoopOneScriptPerContendedLock(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "worker-loop"
+	const rounds = 200
+	clients := []*rlock.Client{e.client(), e.client()}
+	e.warmUp(clients...)
+	before := e.scripts()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		m := c.Mutex(name)
+		wg.Go(func() {
+			for range rounds {
+				l, err := m.Lock(e.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := m.Unlock(l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	perAcq := float64(e.scripts()-before) / (2 * rounds)
+	t.Logf("%.2f scripts per acquisition", perAcq)
+	// One release per acquisition, and mostly one acquire-and-queue (a
+	// worker that finds the lock free, or its channel unsubscribed, makes a
+	// first attempt too).
+	if perAcq > 2.5 {
+		t.Fatalf("%.2f scripts per acquisition, want at most 2.5", perAcq)
+	}
+}
