@@ -225,7 +225,7 @@ func (res result) notes() string {
 		parts = append(parts, "violations: "+res.kinds())
 	}
 	if res.windowPasses > 0 {
-		parts = append(parts, fmt.Sprintf("%d local pass(es) made within %v of a force-unlock, before the Client heard of it: never confirmed, their writes refused by the fence (the documented window)", res.windowPasses, forceUnlockWindow))
+		parts = append(parts, fmt.Sprintf("%d local pass(es) made within %v of a force-unlock, before the Client heard of it (the documented window; tokens stayed in order at the resource)", res.windowPasses, forceUnlockWindow))
 	}
 	if res.lateReleases > 0 {
 		parts = append(parts, fmt.Sprintf("%d release(s) succeeded in Redis after the client had declared the lease lost", res.lateReleases))
