@@ -21,6 +21,7 @@ test: check-redis
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 ## bench: every lock contender side by side against one Redis (minutes; BENCH_FLAGS=-quick for ~1)
