@@ -47,3 +47,17 @@ func Base(prefix, name string) string {
 	}
 	return prefix + ":{" + name + "}"
 }
+
+// GrantChannel is the channel on which scripts address hand-offs of the
+// resource at base (a lock's or a semaphore's key base) to the Client whose id
+// is clientID. Each Client subscribes to its own, so a hand-off reaches one
+// process whatever the number of processes waiting, and a publish that reaches
+// no subscriber tells the script that the waiter's Client is gone (its
+// connection closed). It shares base's hash tag, as Redis Cluster requires of
+// a channel a script publishes to.
+func GrantChannel(base, clientID string) string { return GrantChannelPrefix(base) + clientID }
+
+// GrantChannelPrefix is GrantChannel without the client id: scripts append the
+// client id of an owner field (the part before its last ':', see
+// Client.NewID).
+func GrantChannelPrefix(base string) string { return base + ":to:" }
