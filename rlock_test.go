@@ -65,6 +65,10 @@ func (e *env) lockKey(name string) string  { return e.prefix + ":{" + name + "}"
 func (e *env) fenceKey(name string) string { return e.lockKey(name) + ":fence" }
 func (e *env) channel(name string) string  { return e.lockKey(name) + ":unlock" }
 
+// grantChannels is the pattern of the grant channels of the lock's waiters
+// (one per Client, see core.GrantChannel).
+func (e *env) grantChannels(name string) string { return e.lockKey(name) + ":to:*" }
+
 func (e *env) exists(key string) bool {
 	e.t.Helper()
 	n, err := e.raw.Do(e.ctx, e.raw.B().Exists().Key(key).Build()).AsInt64()
@@ -104,11 +108,11 @@ func (e *env) keys() []string {
 func (e *env) waitSubscribers(channel string, n int64) {
 	e.t.Helper()
 	waitFor(e.t, 5*time.Second, "subscribers on "+channel, func() bool {
-		counts, err := e.srv.NumSub(e.ctx, channel)
+		got, err := e.srv.Subscribers(e.ctx, channel)
 		if err != nil {
 			e.t.Fatalf("NUMSUB: %v", err)
 		}
-		return counts[channel] >= n
+		return got >= n
 	})
 }
 
@@ -747,7 +751,7 @@ func TestLockCancellation(t *testing.T) {
 		}
 		result <- err
 	}()
-	e.waitSubscribers(e.channel(name), 1) // the waiter is waiting
+	e.waitSubscribers(e.grantChannels(name), 1) // the waiter is waiting
 	cancel()
 	select {
 	case err := <-result:
@@ -949,7 +953,7 @@ func TestClosedClient(t *testing.T) {
 		_, err := blocked.Lock(e.ctx)
 		result <- err
 	}()
-	e.waitSubscribers(e.channel("held"), 1)
+	e.waitSubscribers(e.grantChannels("held"), 1)
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -1040,7 +1044,7 @@ func TestForceUnlock(t *testing.T) {
 		l, err := waiter.Lock(e.ctx)
 		result <- lockResult{l, err, time.Now()}
 	}()
-	e.waitSubscribers(e.channel(name), 1)
+	e.waitSubscribers(e.grantChannels(name), 1)
 	start := time.Now()
 	ok, err := admin.ForceUnlock(e.ctx)
 	if !ok || err != nil {

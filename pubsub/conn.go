@@ -210,6 +210,7 @@ func (c *conn) deleteEntry(e *entry) {
 
 // onMessage runs on rueidis's reading goroutine: it must not block.
 func (c *conn) onMessage(m rueidis.PubSubMessage) {
+	c.mux.messages.Add(1)
 	if tag, addressed := strings.CutPrefix(m.Message, AddressPrefix); addressed {
 		tag, data, _ := strings.Cut(tag, AddressDataSeparator)
 		c.wakeTagged(m.Channel, tag, data)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 )
@@ -36,6 +37,8 @@ type Multiplexer struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
+
+	messages atomic.Int64 // messages received, on every connection
 }
 
 // New returns a Multiplexer over client. It does not talk to Redis until the
@@ -155,11 +158,14 @@ type Stats struct {
 	Channels   int   // channels subscribed or being subscribed, lingering ones included
 	Waiters    int   // Waiters queued
 	Reconnects int64 // connections re-established after a loss
+	// Messages counts the messages received since New, on any channel,
+	// whether or not they woke a Waiter.
+	Messages int64
 }
 
 // Stats returns current counts; cheap enough for metrics scraping.
 func (m *Multiplexer) Stats() Stats {
-	var s Stats
+	s := Stats{Messages: m.messages.Load()}
 	for _, c := range m.conns {
 		c.mu.Lock()
 		s.Channels += len(c.entries)

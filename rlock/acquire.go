@@ -109,10 +109,10 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	// A blocking Lock whose channel is subscribed already (it lingers after
 	// this Client's last wait: a worker locking in a loop) skips it too: one
 	// script then acquires or queues, with no hand-off message to miss.
-	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.channel) == 0)
+	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
 	var early *pubsub.Waiter
 	if firstAttempt && wait {
-		if early = m.c.Mux.SubscribeIfLive(m.keys.channel, 1); early != nil {
+		if early = m.c.Mux.SubscribeIfLive(m.keys.grants, 1); early != nil {
 			firstAttempt = false
 		}
 	}
@@ -145,7 +145,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if early != nil {
 		err = m.c.WaitWith(waitCtx, early, a.try)
 	} else {
-		err = m.c.WaitFor(waitCtx, m.keys.channel, 1, a.try)
+		err = m.c.WaitFor(waitCtx, m.keys.grants, 1, a.try)
 	}
 	if err != nil {
 		// Give up our place in the queue (and anything the last attempt
@@ -288,7 +288,7 @@ func (a *acquisition) listen(w *pubsub.Waiter) {
 	if !a.renew || a.watch != nil {
 		return // only watchdog holds pass the lock on
 	}
-	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.channel, 1); l != nil {
+	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
 		l.IgnoreBudget()
 		l.SetTag(a.owner)
 		a.watch = l

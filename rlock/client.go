@@ -6,6 +6,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
 )
 
 // Client is one owner identity in Redis and the machinery its locks share: a
@@ -64,11 +65,16 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // start with it.
 func (c *Client) ID() string { return c.c.ID }
 
+// PubSubStats returns the counts of the Client's pub/sub multiplexer, shared
+// by its locks and semaphores: channels subscribed, Waiters, reconnections,
+// and messages received. Cheap enough for metrics scraping.
+func (c *Client) PubSubStats() pubsub.Stats { return c.c.Mux.Stats() }
+
 // Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
 // a name bound to the Client, and any number may exist. An invalid name is
 // reported by every method of the returned Mutex, wrapped in ErrInvalidName.
 func (c *Client) Mutex(name string) *Mutex {
-	return &Mutex{c: c.c, t: c.t, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name)}
+	return &Mutex{c: c.c, t: c.t, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name, c.c.ID)}
 }
 
 // Close stops the watchdog and the multiplexer. Holds still open are not

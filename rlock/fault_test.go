@@ -71,7 +71,10 @@ func (e *ftEnv) clientOn(rc rueidis.Client, opts ...rlock.Option) *rlock.Client 
 }
 
 func (e *ftEnv) lockKey(name string) string { return e.prefix + ":{" + name + "}" }
-func (e *ftEnv) channel(name string) string { return e.lockKey(name) + ":unlock" }
+
+// channel is the pattern of the grant channels of the lock's waiters (one per
+// Client, see core.GrantChannel).
+func (e *ftEnv) channel(name string) string { return e.lockKey(name) + ":to:*" }
 
 // scripts is how many EVALSHA and EVAL commands the server has run.
 func (e *ftEnv) scripts() int64 {
@@ -94,11 +97,11 @@ func (e *ftEnv) stat(cmd string) int64 {
 
 func (e *ftEnv) numSub(ch string) int64 {
 	e.t.Helper()
-	n, err := e.srv.NumSub(e.ctx, ch)
+	n, err := e.srv.Subscribers(e.ctx, ch)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return n[ch]
+	return n
 }
 
 func (e *ftEnv) exists(key string) bool {

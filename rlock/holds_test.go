@@ -248,7 +248,7 @@ func TestHoldCohortHearsForceUnlock(t *testing.T) {
 }
 
 // Item 4: a hand-off message published by anyone who can publish on the
-// channel, naming the queued owner, grants nothing.
+// waiter's grant channel, naming the queued owner, grants nothing.
 func TestHoldForgedHandOffGrantsNothing(t *testing.T) {
 	e := ftNewEnv(t)
 	a, b := e.client(), e.client()
@@ -273,7 +273,7 @@ func TestHoldForgedHandOffGrantsNothing(t *testing.T) {
 	}
 	before := e.scripts()
 	for _, data := range []string{"18446744073709551615:18446744073709551615", "99999999999999999:99999999999999999:" + strings.Repeat("ab", 20), "1:1:0"} {
-		if _, err := e.srv.Do(e.ctx, "PUBLISH", e.channel(name), "@"+owner+" "+data); err != nil {
+		if _, err := e.srv.Do(e.ctx, "PUBLISH", e.lockKey(name)+":to:"+a.ID(), "@"+owner+" "+data); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,18 +13,25 @@ type keys struct {
 	queue   string // zset: waiting owner field -> arrival number
 	waiters string // zset: waiting owner field -> deadline
 	seq     string // arrival counter
-	channel string // unlock messages
+	channel string // "free" announcements, when no one is queued
+	// grants is this Client's grant channel: hand-offs to its waiters, and
+	// ForceUnlock's word to its holders, come on it (see core.GrantChannel);
+	// grantPrefix is that of every Client.
+	grants      string
+	grantPrefix string
 }
 
-func newKeys(prefix, name string) keys {
+func newKeys(prefix, name, clientID string) keys {
 	base := core.Base(prefix, name)
 	return keys{
-		lock:    base,
-		fence:   base + ":fence",
-		queue:   base + ":queue",
-		waiters: base + ":waiters",
-		seq:     base + ":seq",
-		channel: base + ":unlock",
+		grants:      core.GrantChannel(base, clientID),
+		grantPrefix: core.GrantChannelPrefix(base),
+		lock:        base,
+		fence:       base + ":fence",
+		queue:       base + ":queue",
+		waiters:     base + ":waiters",
+		seq:         base + ":seq",
+		channel:     base + ":unlock",
 	}
 }
 

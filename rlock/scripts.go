@@ -128,7 +128,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 	}
 	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch},
 		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand, k.channel,
-			block, tokenBlockArg, a.secret, latchLifetime(c)}).AsIntSlice()
+			block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -179,7 +179,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 	}
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
-			entry, ms(waiterLease(c)), tombstone}).AsIntSlice()
+			entry, ms(waiterLease(c)), tombstone, k.grantPrefix}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}
@@ -190,12 +190,12 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 // secret.
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
 	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret}).Error()
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
 	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters, k.fence},
-		[]string{publishCommand, k.channel, unlockMessage, tokenBlockArg}).AsInt64()
+		[]string{publishCommand, k.channel, unlockMessage, tokenBlockArg, k.grantPrefix}).AsInt64()
 	return n == 1, err
 }
 

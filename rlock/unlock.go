@@ -113,7 +113,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
 func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (w *pubsub.Waiter, owner, secret string) {
 	if next != nil {
-		if w := m.c.Mux.SubscribeIfLive(m.keys.channel, 1); w != nil {
+		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
 			owner := m.c.NewID()
 			w.SetTag(owner)
 			return w, owner, newSecret()

@@ -20,6 +20,7 @@
 -- ARGV[7]  "1" to leave the tombstone, "0" when no acquire.lua for the owner
 --          can be in flight (a waiter that got the lock otherwise)
 -- ARGV[8]  the owner's secret (its queue entry names it)
+-- ARGV[9]  grant channel prefix (see mutex_lib.lua)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
 -- lock is free afterwards it goes to the head waiter (or is announced when this
@@ -39,6 +40,6 @@ if redis.call('EXISTS', lock) == 0 then
   if held == 1 then
     message = ARGV[5]
   end
-  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], message, nil, tonumber(ARGV[6]))
+  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[9], message, nil, tonumber(ARGV[6]))
 end
 return held

@@ -25,6 +25,8 @@
 -- ARGV[10] this waiter's secret (hex), part of its queue entry: a hand-off
 --          message proves itself with it (see mutex_lib.lua)
 -- ARGV[11] re-entry only: latch lifetime in milliseconds
+-- ARGV[12] grant channel prefix: a waiter handed the lock is told on it (see
+--          mutex_lib.lua)
 --
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached instead of counting
@@ -72,7 +74,7 @@ local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who
   -- missed its hand-off, say because the last holder's lease ran out).
-  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], nil, entry, tonumber(ARGV[9]))
+  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
   if wait <= 0 then
     if wait < 0 then
       mutex_dequeue(queue, waiters, entry)

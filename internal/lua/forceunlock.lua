@@ -1,7 +1,8 @@
 -- forceunlock: delete a lock whoever holds it and hand it to the head waiter,
 -- or announce it free when no one is queued (see mutex_lib.lua). Each former
--- owner field is told by a message '@' .. owner .. ' !' on the channel, so that
--- a Client still holding it stops passing the lock to its own goroutines.
+-- owner field is told by a message '@' .. owner .. ' !' on its Client's grant
+-- channel, so that a Client still holding it stops passing the lock to its own
+-- goroutines.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue zset (see mutex_lib.lua)
@@ -11,6 +12,7 @@
 -- ARGV[2]  unlock channel
 -- ARGV[3]  unlock message for listeners when no one is queued
 -- ARGV[4]  fencing tokens to reserve for a queued waiter handed the lock
+-- ARGV[5]  grant channel prefix (see mutex_lib.lua)
 --
 -- Returns 1 when a lock was deleted (and handed on or announced), 0 when none existed.
 local denied = mutex_check_expire(KEYS[1])
@@ -20,9 +22,9 @@ end
 local owners = redis.call('HKEYS', KEYS[1])
 if redis.call('DEL', KEYS[1]) == 1 then
   for _, owner in ipairs(owners) do
-    redis.call(ARGV[1], ARGV[2], '@' .. owner .. ' !')
+    redis.call(ARGV[1], mutex_grant_channel(ARGV[5], owner), '@' .. owner .. ' !')
   end
-  mutex_handoff(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], nil, tonumber(ARGV[4]))
+  mutex_handoff(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]))
   return 1
 end
 return 0

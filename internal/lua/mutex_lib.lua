@@ -14,7 +14,11 @@
 -- A lock that becomes free while waiters are queued is never left free: it is
 -- handed to the head waiter in the same script (direct hand-off), which learns
 -- it from the message '@' .. owner .. ' ' .. first .. ':' .. last .. ':' .. mac
--- and holds the lock without a further round trip. mac is
+-- and holds the lock without a further round trip. The message goes to the
+-- waiter's Client alone, on its grant channel (grant prefix .. client id, the
+-- owner field up to its last ':'), so a hand-off costs one delivery however
+-- many processes wait; and when no one receives it, the waiter's Client is
+-- gone (its connection closed): the grant is undone and the next waiter served. mac is
 -- sha1hex(secret .. ':' .. first .. ':' .. last): anyone may publish on the
 -- channel, but only Redis (or a reader of the queue) can grant the lock, and
 -- the tokens cannot be altered. first..last is a block of fencing tokens
@@ -116,16 +120,23 @@ local function mutex_head(queue, waiters)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
+-- The grant channel of the Client of an owner field (see Client.NewID).
+local function mutex_grant_channel(grants, owner)
+  return grants .. (string.match(owner, '^(.+):[^:]*$') or owner)
+end
+
 -- Hands a free lock (its hash must not exist) to the head waiter: it holds the
 -- lock from now on, with the lease of its entry and a new fencing token, and
--- is told so by name. With no one queued, message (if any) is published for
--- local listeners instead. When the caller's own entry self is at the head,
--- nothing is done and -1 is returned: the caller takes the lock itself.
--- block is the number of fencing tokens reserved for the new holder; head,
--- if given, is the head entry the caller just looked up.
+-- is told so on its grant channel. A head whose Client receives nothing is
+-- dropped (it lost its place; a live one queues again when it re-checks) and
+-- the next one is served. With no one queued, message (if any) is published on
+-- channel for local listeners instead. When the caller's own entry self is at
+-- the head, nothing is done and -1 is returned: the caller takes the lock
+-- itself. block is the number of fencing tokens reserved for the new holder;
+-- head, if given, is the head entry the caller just looked up.
 -- Returns the lease granted in milliseconds (0 when no one waits, or -1) and
 -- the last fencing token reserved (0 when none was).
-local function mutex_handoff(lock, fence, queue, waiters, publish, channel, message, self, block, head)
+local function mutex_handoff(lock, fence, queue, waiters, publish, channel, grants, message, self, block, head)
   while true do
     head = head or mutex_head(queue, waiters)
     if not head then
@@ -145,11 +156,15 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, mess
       local last = mutex_tokens(fence, block)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
       local grant = string.format('%d:%d', last - block + 1, last)
-      redis.call(publish, channel, '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
-      return tonumber(lease), last
+      local heard = redis.call(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
+      if heard > 0 then
+        return tonumber(lease), last
+      end
+      -- No one heard it: undone (the tokens stay spent, so tokens still rise).
+      redis.call('DEL', lock)
     end
-    -- A malformed entry (not written by this version): dropped, next one;
-    -- its waiter queues again at its next re-check.
+    -- A malformed entry (not written by this version), or a waiter whose
+    -- Client is gone: dropped, next one.
     head = nil
   end
 end

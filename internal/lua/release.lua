@@ -32,6 +32,7 @@
 -- ARGV[10] tombstone lifetime in milliseconds, or '0': when an acquisition
 --          attempt of this owner field may still run late (its reply was
 --          lost), freeing the field leaves a tombstone so that it is refused
+-- ARGV[11] grant channel prefix (see mutex_lib.lua)
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -72,7 +73,7 @@ if left > 0 then
 elseif ARGV[8] == '' then
   mutex_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block)
+  mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block)
   reply = '0'
 else
   local head = mutex_head(queue, waiters)
@@ -83,7 +84,7 @@ else
   else
     mutex_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[5], nil, block, head)
+    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
     mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], ARGV[9])
     if last == 0 then
       last = tonumber(redis.call('GET', fence) or '0')

@@ -95,6 +95,28 @@ func (s *Server) NumSub(ctx context.Context, channels ...string) (map[string]int
 	return counts, nil
 }
 
+// Subscribers returns the subscribers of every channel matching the glob
+// pattern (PUBSUB CHANNELS, then NUMSUB), summed.
+func (s *Server) Subscribers(ctx context.Context, pattern string) (int64, error) {
+	msg, err := s.Do(ctx, "PUBSUB", "CHANNELS", pattern)
+	if err != nil {
+		return 0, err
+	}
+	channels, err := msg.AsStrSlice()
+	if err != nil || len(channels) == 0 {
+		return 0, err
+	}
+	counts, err := s.NumSub(ctx, channels...)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range counts {
+		n += c
+	}
+	return n, nil
+}
+
 // KillClients runs CLIENT KILL TYPE typ ("normal", "pubsub", "master" or
 // "replica") and returns how many connections were closed. The connection
 // sending the command is spared. A connection counts as "pubsub" while it

@@ -1,0 +1,113 @@
+package rlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/faultproxy"
+	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/rlock"
+)
+
+// Hand-offs are addressed: with one waiting goroutine in each of several
+// Clients, every hand-off is delivered to the one Client it is for, so the
+// messages received in all Clients together equal the hand-offs, whatever the
+// number of Clients waiting.
+func TestHandOffReachesOnlyItsClient(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "addressed"
+	const waiters = 7
+	holder := e.client()
+	l := ftLock(t, e.ctx, holder.Mutex(name))
+	clients := []*rlock.Client{holder}
+	done := make(chan error, waiters)
+	for i := 0; i < waiters; i++ {
+		c := e.client()
+		clients = append(clients, c)
+		go func() {
+			l, err := c.Mutex(name).Lock(e.ctx)
+			if err == nil {
+				err = c.Mutex(name).Unlock(l)
+			}
+			done <- err
+		}()
+		e.queuedIs(i + 1) // queued in this order
+	}
+	received := func() int64 {
+		var n int64
+		for _, c := range clients {
+			n += c.PubSubStats().Messages
+		}
+		return n
+	}
+	before := received()
+	mustUnlockFT(t, holder.Mutex(name), l)
+	for i := 0; i < waiters; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := received() - before; got != waiters {
+		t.Fatalf("%d hand-offs delivered %d messages in all; want one each", waiters, got)
+	}
+}
+
+// A waiter whose Client is gone (its process died: Redis closed its
+// connections) is skipped when the lock reaches it: the next waiter gets the
+// lock at once, not after the dead one's place (two watchdog timeouts) or a
+// lease granted to it (one) ran out.
+func TestDeadWaiterAtHeadIsSkipped(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "dead-head"
+	holder := e.client()
+	l := ftLock(t, e.ctx, holder.Mutex(name))
+
+	p, err := faultproxy.Start(e.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	doomed := e.clientOn(redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.InitAddress = []string{p.Addr()} }))
+	doomedCtx, stopDoomed := context.WithCancel(e.ctx)
+	doomedDone := make(chan struct{})
+	go func() {
+		defer close(doomedDone)
+		if l, err := doomed.Mutex(name).Lock(doomedCtx); err == nil {
+			_ = doomed.Mutex(name).Unlock(l)
+		}
+	}()
+	t.Cleanup(func() { stopDoomed(); <-doomedDone })
+	e.queuedIs(1)
+
+	next := e.client()
+	got := make(chan error, 1)
+	go func() {
+		l, err := next.Mutex(name).Lock(e.ctx)
+		if err == nil {
+			err = next.Mutex(name).Unlock(l)
+		}
+		got <- err
+	}()
+	e.queuedIs(2)
+
+	// The doomed Client's process "dies": its connections close and it can
+	// reach Redis no more, so it neither hears nor gives up its place.
+	p.Block(true)
+	p.Cut()
+	e.numSubIs(e.lockKey(name)+":to:"+doomed.ID(), 0)
+
+	start := time.Now()
+	mustUnlockFT(t, holder.Mutex(name), l)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter behind a dead one did not get the lock within 10s")
+	}
+	t.Logf("next waiter served %v after the unlock", time.Since(start))
+}
