@@ -58,6 +58,12 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
+	if a.renew {
+		// The lock kept for this Client after its last Unlock (a turn).
+		if a.pass = m.t.unpark(m); a.pass != nil {
+			return a.hold(ctx)
+		}
+	}
 	// The wait timeout starts with the wait: a local one, or after the first
 	// attempt.
 	waitCtx := ctx
@@ -272,11 +278,11 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // hand-off sent before the last attempt (its tokens are not above the fencing
 // counter that attempt saw) is stale, read late, and ignored.
 func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
-	first, last, ok := parseGrant(w.TakeData(), a.secret)
-	if !ok || a.queuedAt.At().IsZero() || first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
+	g, ok := parseGrant(w.TakeData(), a.secret)
+	if !ok || a.queuedAt.At().IsZero() || g.first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
 		return false
 	}
-	a.reply = acquireReply{status: 1, token: first, last: last, count: 1}
+	a.reply = acquireReply{status: 1, token: g.first, last: g.last, count: 1, left: g.left}
 	a.ticket = a.queuedAt
 	return true
 }
@@ -382,7 +388,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	if a.renew && a.reply.last > a.reply.token && a.watch != nil {
 		// Tokens to spare, and a listener for ForceUnlock: local waiters
 		// may be passed the lock.
-		m.t.form(m.name, h, a.reply.last, a.lw, a.watch)
+		m.t.form(m.name, h, a.reply.last, a.lw, a.watch, a.reply.left > 0)
 		a.watch = nil
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 	}

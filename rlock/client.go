@@ -58,7 +58,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	return &Client{c: c, t: &cohorts{m: make(map[string]*cohort)}}, nil
+	return &Client{c: c, t: newCohorts(cfg.linger)}, nil
 }
 
 // ID is the Client's owner identity, a random UUID. Hash fields of its holds
@@ -90,6 +90,7 @@ func (c *Client) Mutex(name string) *Mutex {
 // cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
 // lock's queue within two watchdog timeouts, a hold within its lease.
 func (c *Client) Close() error {
+	c.t.flush()
 	c.c.Close()
 	return nil
 }

@@ -59,8 +59,25 @@ var tokenBlockArg = strconv.Itoa(tokenBlock)
 
 // cohorts is the cohorting state of one Client's locks, by lock name.
 type cohorts struct {
-	mu sync.Mutex
-	m  map[string]*cohort
+	mu     sync.Mutex
+	m      map[string]*cohort
+	linger time.Duration          // see WithLinger; 0: never park
+	relock map[string]*relockStat // see park
+}
+
+// relockStat is what the Client learned of how soon its goroutines lock a
+// lock again after its last Unlock, so that it lingers only where that pays.
+type relockStat struct {
+	missed   bool      // the last linger ran out unused: do not park
+	released time.Time // a final Unlock released without parking then
+}
+
+// maxRelockStats bounds cohorts.relock: past it the map is cleared (it is only
+// a hint).
+const maxRelockStats = 4096
+
+func newCohorts(linger time.Duration) *cohorts {
+	return &cohorts{m: make(map[string]*cohort), linger: linger, relock: make(map[string]*relockStat)}
 }
 
 // cohort is one lock's state in one Client. Guarded by cohorts.mu.
@@ -82,6 +99,14 @@ type cohort struct {
 	// with it, deaf to wake-up budgets): one from ForceUnlock, or a wake
 	// after a reconnect, means the hold may be gone.
 	watch *pubsub.Waiter
+	// contended: waiters of other Clients were queued in Redis when this
+	// Client took the lock (see park).
+	contended bool
+	// parked is the lock kept, after its last Unlock, for the next Lock of
+	// this Client until parkTimer fires (see park); parkedBy is its Mutex.
+	parked    *cohortPass
+	parkTimer *time.Timer
+	parkedBy  *Mutex
 }
 
 // localWaiter is one waiting Lock call, as the cohort sees it.
@@ -242,7 +267,8 @@ func (t *cohorts) takePromotion(lw *localWaiter) *promotion {
 // form records h, just acquired in Redis with tokens token..last by the Lock
 // call of lw (nil if it had none), as the Client's holder of the lock, free to
 // pass it on while the budget lasts. The cohort takes watch (see cohort.watch).
-func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, watch *pubsub.Waiter) {
+// contended says whether other waiters were queued in Redis then.
+func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, watch *pubsub.Waiter, contended bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.get(name)
@@ -259,6 +285,7 @@ func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, 
 	co.held, co.hold = true, h
 	co.next, co.last = h.Token+1, last
 	co.passed, co.since = 0, time.Now()
+	co.contended = contended
 }
 
 // adopt records h, built from a pass, as the Client's holder of the lock.
@@ -291,13 +318,8 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	if co == nil || co.hold != h || len(co.waiters) == 0 || !co.canPass(time.Now()) {
 		return false
 	}
-	if !co.trusted(h) {
-		return false
-	}
-	lease, renewed := h.Lease()
-	until := h.ValidUntil()
-	confirmed, epoch := h.Confirmed()
-	if !renewed || !confirmed || time.Until(until) < lease/2 {
+	p := co.newPass(h)
+	if p == nil {
 		return false
 	}
 	lw := co.waiters[0]
@@ -305,12 +327,127 @@ func (t *cohorts) passOn(name string, h *core.Hold) bool {
 	if co.leader == lw {
 		co.leader = nil
 	}
-	lw.pass = &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts}
+	lw.pass = p
+	lw.wake()
+	return true
+}
+
+// newPass takes the lock from h, at its last hold level, for a goroutine of
+// this Client, when nothing the Client knows puts the hold in doubt and
+// enough of its lease is left; nil otherwise. The lock is in transit until a
+// new hold adopts it.
+func (co *cohort) newPass(h *core.Hold) *cohortPass {
+	if !co.trusted(h) {
+		return nil
+	}
+	lease, renewed := h.Lease()
+	until := h.ValidUntil()
+	confirmed, epoch := h.Confirmed()
+	if !renewed || !confirmed || time.Until(until) < lease/2 {
+		return nil
+	}
+	p := &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts}
 	co.next++
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold
-	lw.wake()
+	return p
+}
+
+// park keeps the lock held by h, at its last Unlock, for the next Lock of a
+// goroutine of this Client for up to the linger (turns): a worker that locks
+// again right away takes it without a round trip, so the cross-process
+// hand-off is paid once per turn instead of once per hold. It parks only
+// where waiting costs others little and may pay: other Clients wait in Redis
+// (else the release frees the lock for anyone at once), no goroutine of this
+// Client waits (passOn serves those), the turn's budget allows another pass
+// (canPass), the hold could be passed on (newPass), and the last linger for
+// this lock did not run out unused, unless a Lock has come within the linger
+// of a release since. It reports whether it parked: h is then the caller's to
+// end. When the linger runs out, the lock is released in Redis (expire).
+func (t *cohorts) park(m *Mutex, h *core.Hold) bool {
+	if t.linger <= 0 {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[m.name]
+	now := time.Now()
+	if co == nil || co.hold != h || !co.contended || len(co.waiters) > 0 || co.parked != nil || !co.canPass(now) {
+		return false
+	}
+	if st := t.relock[m.name]; st != nil && st.missed {
+		st.released = now
+		return false
+	}
+	p := co.newPass(h)
+	if p == nil {
+		return false
+	}
+	co.parked, co.parkedBy = p, m
+	co.parkTimer = time.AfterFunc(t.linger, func() { t.expire(m, p) })
 	return true
+}
+
+// unpark hands the lock parked for this Client (see park) to a Lock call; nil
+// when none is parked (or its linger is running out: expire releases it).
+// A parked lock whose hold was put in doubt meanwhile is released instead.
+func (t *cohorts) unpark(m *Mutex) *cohortPass {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[m.name]
+	if co == nil || co.parked == nil || !co.parkTimer.Stop() {
+		if st := t.relock[m.name]; st != nil && st.missed && time.Since(st.released) < t.linger {
+			st.missed = false // a linger would have paid: try again
+		}
+		return nil
+	}
+	p := co.parked
+	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
+	delete(t.relock, m.name)
+	if !co.quiet() {
+		t.releaseParked(m, co, p)
+		return nil
+	}
+	return p
+}
+
+// expire releases a parked lock whose linger ran out unused.
+func (t *cohorts) expire(m *Mutex, p *cohortPass) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[m.name]
+	if co == nil || co.parked != p {
+		return
+	}
+	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
+	if len(t.relock) >= maxRelockStats {
+		clear(t.relock)
+	}
+	t.relock[m.name] = &relockStat{missed: true}
+	t.releaseParked(m, co, p)
+}
+
+// flush releases every parked lock at once (the Client is closing).
+func (t *cohorts) flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, co := range t.m {
+		if co.parked != nil && co.parkTimer.Stop() {
+			p, m := co.parked, co.parkedBy
+			co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
+			t.releaseParked(m, co, p)
+		}
+	}
+}
+
+// releaseParked ends co's turn and releases the parked lock p in Redis, in the
+// background: it goes to the head waiter (one of this Client's goroutines
+// that came meanwhile queues there as the new leader). A release that fails
+// leaves the lock to expire with its lease, as a Client that died would.
+// Called with t.mu held.
+func (t *cohorts) releaseParked(m *Mutex, co *cohort, p *cohortPass) {
+	t.dissolveLocked(m.name, co, nil)
+	abandon(m.c, m.keys, p.owner, "-", p.lease, p.late)
 }
 
 // trusted reports whether nothing the Client heard puts h's hold in doubt:
@@ -320,12 +457,25 @@ func (co *cohort) trusted(h *core.Hold) bool {
 	if co.watch == nil || !co.watch.Live() {
 		return false
 	}
-	select {
-	case <-co.watch.C():
+	if co.heard() {
 		h.Doubt()
 		return false
-	default:
+	}
+	return true
+}
+
+// quiet is trusted for a lock in transit (no hold to doubt).
+func (co *cohort) quiet() bool {
+	return co.watch != nil && co.watch.Live() && !co.heard()
+}
+
+// heard reports whether a message came for the owner field.
+func (co *cohort) heard() bool {
+	select {
+	case <-co.watch.C():
 		return true
+	default:
+		return false
 	}
 }
 
@@ -385,6 +535,7 @@ func (t *cohorts) keep(name string, h *core.Hold, lw *localWaiter, first, last u
 	}
 	co.next, co.last = first, last
 	co.passed, co.since = 0, time.Now()
+	co.contended = false // no one else was queued
 	return true
 }
 

@@ -1,27 +1,33 @@
 // Package rlock provides reentrant distributed locks on Redis that wait
 // without polling.
 //
-// A waiting Lock call subscribes to the lock's unlock channel and sleeps until
-// the holder's release publishes a message, instead of retrying SET NX in a
-// sleep loop. All waiting goroutines of a Client share a few pub/sub
-// connections (package pubsub).
+// A waiting Lock call subscribes to its Client's grant channel for the lock
+// and sleeps until a release addresses the lock to it there, instead of
+// retrying SET NX in a sleep loop. All waiting goroutines of a Client share a
+// few pub/sub connections (package pubsub).
 //
 // Contended waiters queue in Redis in arrival order, across all processes,
 // one entry per Client (see below). The release that frees the lock hands it,
 // in the same script, to the waiter at the head of the queue (with that
-// waiter's lease and a block of fencing tokens) and tells it so by name: the
-// woken waiter holds the lock without another round trip, so a hand-off costs
-// one message, and no one can be starved by others that happen to retry
-// sooner. (Only an uncontended Lock, finding the lock free and no one queued,
+// waiter's lease and a block of fencing tokens) and tells it so on the
+// waiter's Client's own channel: the woken waiter holds the lock without
+// another round trip, a hand-off costs one message delivered to one process
+// however many wait, and no one can be starved by others that happen to retry
+// sooner. The message proves itself with a secret of the waiter's queue entry,
+// so a publisher on the channel can wake a waiter but grant it nothing. (Only an uncontended Lock, finding the lock free and no one queued,
 // takes it at once.) Every wait is also bounded by the holder's remaining
 // lease, so a lost message costs at most one lease (the waiter's re-check then
 // finds the lock already its own), and after a pub/sub reconnect every waiter
 // re-checks at once. A waiter that gives up after the lock was handed to it
 // gives it on to the next. A queued waiter re-checks at least every 4/5 of the
 // watchdog timeout to keep its place (behind a renewed hold, about every
-// 20-30s by default); one whose process died loses it after two watchdog
-// timeouts (or, if the lock is handed to it first, holds it for one lease,
-// like a crashed holder).
+// 20-30s by default). A waiter whose process died (Redis closed its
+// connections) is skipped when the lock reaches it: no one hears the hand-off,
+// so the script takes it back and serves the next waiter at once. One whose
+// process hangs with its connections open keeps its place for two watchdog
+// timeouts, or, if the lock reaches it first, holds it for one lease, like a
+// hung holder. (A live waiter whose pub/sub connection is down just then also
+// loses its place, and queues again when it re-checks after reconnecting.)
 //
 // The waiting goroutines of one Client form a cohort (lock cohorting): the
 // oldest of them, the leader, queues in Redis for all of them, the others wait
@@ -36,7 +42,25 @@
 // the tail in the same script, so Clients take turns in arrival order. When
 // no other Client is queued the script keeps the lock for the Client instead,
 // with new tokens: a busy Client pays one script per turn. Holds with
-// WithLease, and TryLock, take no part.
+// WithLease take no part, and TryLock only takes a lock kept for a turn.
+//
+// # Turns for single-goroutine workers
+//
+// A fleet of worker processes with one goroutine each has no local waiter at
+// Unlock: its next Lock comes a moment later. So that such a fleet also pays
+// the cross-process hand-off once per turn rather than once per hold, the
+// final Unlock of a contended lock (other Clients queued in Redis when this
+// Client took it) keeps it for the Client for up to the linger (WithLinger,
+// 1ms by default) while the turn's budget lasts: a Lock of the Client within
+// that time takes it with no round trip, as a local waiter would. Otherwise
+// the lock is then released in Redis to the next Client, and the Client stops
+// lingering on that lock until its Lock calls come that soon again. Unlock
+// returns at once either way; a release made after the linger that fails
+// leaves the lock to expire with its lease, and Close releases a kept lock at
+// once. Processes still take turns in arrival order; what a turn costs the
+// others is its holds, and at most one linger: with N Clients waiting, a
+// waiter's wait is bounded by about N turns of at most 8 holds (or 2ms of
+// short ones) plus a hand-off and a linger each.
 //
 // # Usage
 //

@@ -13,7 +13,7 @@ func ReleaseWithRequestID(m *Mutex, lockCtx context.Context, id string) error {
 	if h == nil {
 		return ErrNotHeld
 	}
-	return m.release(lockCtx, h, id)
+	return m.release(lockCtx, h, id, true)
 }
 
 // ReleaseScript runs release.lua once for the owner of the hold carried by
@@ -67,3 +67,16 @@ func AcquireScript(ctx context.Context, m *Mutex, owner string, lease time.Durat
 	r, err := acquireScript(ctx, m.c, m.keys, acquireArgs{owner: owner, secret: "00", lease: lease})
 	return r.status, r.token, r.count, err
 }
+
+// Parked reports whether c keeps the lock name for its next Lock after the
+// last Unlock (see cohorts.park).
+func Parked(c *Client, name string) bool {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	co := c.t.m[name]
+	return co != nil && co.parked != nil
+}
+
+// TurnBudget is the most holds one Client gets per turn: its acquisition in
+// Redis and the passes after it (see cohort.canPass).
+const TurnBudget = 1 + cohortMaxPasses

@@ -272,7 +272,7 @@ func TestHoldForgedHandOffGrantsNothing(t *testing.T) {
 		t.Fatalf("no queue entry of the waiter in %v", entries)
 	}
 	before := e.scripts()
-	for _, data := range []string{"18446744073709551615:18446744073709551615", "99999999999999999:99999999999999999:" + strings.Repeat("ab", 20), "1:1:0"} {
+	for _, data := range []string{"18446744073709551615:18446744073709551615:0", "99999999999999999:99999999999999999:0:" + strings.Repeat("ab", 20), "1:1:0:0"} {
 		if _, err := e.srv.Do(e.ctx, "PUBLISH", e.lockKey(name)+":to:"+a.ID(), "@"+owner+" "+data); err != nil {
 			t.Fatal(err)
 		}

@@ -13,9 +13,9 @@ func TestParseAcquireReply(t *testing.T) {
 		in   []int64
 		want acquireReply
 	}{
-		{[]int64{1, 7, 1, 7}, acquireReply{status: 1, token: 7, last: 7, count: 1}},
-		{[]int64{1, 7, 1, 15}, acquireReply{status: 1, token: 7, last: 15, count: 1}},
-		{[]int64{1, 0, 3, 0}, acquireReply{status: 1, token: 0, count: 3}},
+		{[]int64{1, 7, 1, 7, 0}, acquireReply{status: 1, token: 7, last: 7, count: 1}},
+		{[]int64{1, 7, 1, 15, 3}, acquireReply{status: 1, token: 7, last: 15, count: 1, left: 3}},
+		{[]int64{1, 0, 3, 0, 0}, acquireReply{status: 1, token: 0, count: 3}},
 		{[]int64{0, 1500, 0}, acquireReply{status: 0, wait: 1500}},
 		{[]int64{0, -1, 0}, acquireReply{status: 0, wait: -1}},
 		{[]int64{0, 20, 1795339258522917}, acquireReply{status: 0, wait: 20, fence: 1795339258522917}},
@@ -28,8 +28,8 @@ func TestParseAcquireReply(t *testing.T) {
 			t.Errorf("parseAcquireReply(%v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 1}, {1, -3, 1, 1}, {1, 7, 0, 7}, {1, 7, 1, 6},
-		{0, -2, 0}, {0, 5, -1}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1}} {
+	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 1}, {1, 7, 1, 7}, {1, -3, 1, 1, 0}, {1, 7, 0, 7, 0}, {1, 7, 1, 6, 0},
+		{1, 7, 1, 7, -1}, {0, -2, 0}, {0, 5, -1}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1, 1}} {
 		if got, err := parseAcquireReply(in); err == nil {
 			t.Errorf("parseAcquireReply(%v) = %+v, want an error", in, got)
 		}
@@ -42,24 +42,25 @@ func TestParseGrant(t *testing.T) {
 		sum := sha1.Sum([]byte(secret + ":" + grant))
 		return grant + ":" + hex.EncodeToString(sum[:])
 	}
-	for in, want := range map[string][2]uint64{"1:1": {1, 1}, "42:50": {42, 50},
-		"18446744073709551615:18446744073709551615": {1<<64 - 1, 1<<64 - 1}} {
-		if first, last, ok := parseGrant(signed(secret, in), secret); !ok || first != want[0] || last != want[1] {
-			t.Errorf("parseGrant(%q) = %d, %d, %v; want %v", in, first, last, ok, want)
+	for in, want := range map[string]grant{"1:1:0": {1, 1, 0}, "42:50:7": {42, 50, 7},
+		"18446744073709551615:18446744073709551615:0": {1<<64 - 1, 1<<64 - 1, 0}} {
+		if g, ok := parseGrant(signed(secret, in), secret); !ok || g != want {
+			t.Errorf("parseGrant(%q) = %+v, %v; want %+v", in, g, ok, want)
 		}
 	}
-	for _, in := range []string{"", "1", "0:0", "0:5", "5:4", "-1:2", "x:1", "1:y", "1 2", ":", "1:",
-		":1", "18446744073709551616:18446744073709551617", "+1:2"} {
-		if first, last, ok := parseGrant(signed(secret, in), secret); ok {
-			t.Errorf("parseGrant(%q) = %d, %d, want no grant", in, first, last)
+	for _, in := range []string{"", "1", "1:1", "0:0:0", "0:5:0", "5:4:0", "-1:2:0", "x:1:0", "1:y:0", "1:1:z", "1:1:-1",
+		"1 2 0", ":", "1:", "1:1:", ":1:1", "18446744073709551616:18446744073709551617:0", "+1:2:0"} {
+		if g, ok := parseGrant(signed(secret, in), secret); ok {
+			t.Errorf("parseGrant(%q) = %+v, want no grant", in, g)
 		}
 	}
-	// Without the secret no grant can be made, nor its tokens changed.
-	forged := []string{"1:2", "1:2:", "1:2:" + strings.Repeat("0", 40), signed("another secret", "1:2"),
-		strings.Replace(signed(secret, "1:2"), "1:2", "1:3", 1), strings.ToUpper(signed(secret, "1:2"))}
+	// Without the secret no grant can be made, nor what it says changed.
+	forged := []string{"1:2:0", "1:2:0:", "1:2:0:" + strings.Repeat("0", 40), signed("another secret", "1:2:0"),
+		strings.Replace(signed(secret, "1:2:0"), "1:2:0", "1:3:0", 1), strings.Replace(signed(secret, "1:2:0"), "1:2:0", "1:2:5", 1),
+		strings.ToUpper(signed(secret, "1:2:0"))}
 	for _, in := range forged {
-		if first, last, ok := parseGrant(in, secret); ok {
-			t.Errorf("parseGrant(%q) = %d, %d: a forged grant was accepted", in, first, last)
+		if g, ok := parseGrant(in, secret); ok {
+			t.Errorf("parseGrant(%q) = %+v: a forged grant was accepted", in, g)
 		}
 	}
 }
@@ -75,13 +76,13 @@ func FuzzParseAcquireReply(f *testing.F) {
 		}
 		return b
 	}
-	f.Add(enc(1, 7, 1, 15))
+	f.Add(enc(1, 7, 1, 15, 2))
 	f.Add(enc(0, 1500, 0))
 	f.Add(enc(0, -1, 1))
 	f.Add(enc(-1))
 	f.Add(enc(-2))
-	f.Add(enc(1, -1, 1, 0))
-	f.Add(enc(1, 0, 2, 0))
+	f.Add(enc(1, -1, 1, 0, 0))
+	f.Add(enc(1, 0, 2, 0, 0))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		vals := make([]int64, 0, len(data)/8)
@@ -98,7 +99,7 @@ func FuzzParseAcquireReply(f *testing.F) {
 		}
 		switch r.status {
 		case 1:
-			if len(vals) != 4 || r.count < 1 || r.token != uint64(vals[1]) || vals[1] < 0 || r.last < r.token {
+			if len(vals) != 5 || r.count < 1 || r.token != uint64(vals[1]) || vals[1] < 0 || r.last < r.token || r.left < 0 {
 				t.Fatalf("accepted %v as %+v", vals, r)
 			}
 		case 0:

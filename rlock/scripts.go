@@ -34,6 +34,7 @@ type acquireReply struct {
 	token  uint64
 	last   uint64 // token..last: the fencing tokens reserved for this holder
 	count  int64
+	left   int64 // waiters queued in Redis when acquired
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
 	// fence is the fencing counter when a queued attempt failed: a hand-off
 	// with tokens not above it predates the attempt.
@@ -55,8 +56,8 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	}
 	r := acquireReply{status: vals[0]}
 	switch {
-	case r.status == 1 && len(vals) == 4 && vals[1] >= 0 && vals[2] >= 1 && vals[3] >= vals[1]:
-		r.token, r.count, r.last = uint64(vals[1]), vals[2], uint64(vals[3])
+	case r.status == 1 && len(vals) == 5 && vals[1] >= 0 && vals[2] >= 1 && vals[3] >= vals[1] && vals[4] >= 0:
+		r.token, r.count, r.last, r.left = uint64(vals[1]), vals[2], uint64(vals[3]), vals[4]
 	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && vals[2] >= 0:
 		r.wait, r.fence = vals[1], uint64(vals[2])
 	case (r.status == -1 || r.status == -2) && len(vals) == 1:
@@ -74,32 +75,40 @@ func newSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
+// grant is a hand-off to a queued waiter, as its message tells it.
+type grant struct {
+	first, last uint64 // the fencing tokens reserved for the new holder
+	left        int64  // waiters still queued behind it
+}
+
 // parseGrant decodes the data of a message handing the lock to a queued
-// waiter (see mutex_lib.lua): "first:last:mac", the fencing tokens reserved
-// for it, positive decimals with first <= last, and mac, which must be
-// sha1hex(secret:first:last) for the waiter's secret. Anyone may publish on
-// the channel; without the secret no one can forge a grant or alter its tokens.
-func parseGrant(data, secret string) (first, last uint64, ok bool) {
-	a, rest, found := strings.Cut(data, ":")
-	if !found {
-		return 0, 0, false
+// waiter (see mutex_lib.lua): "first:last:left:mac", the fencing tokens
+// reserved for it (positive decimals, first <= last), the waiters queued
+// behind it, and mac, which must be sha1hex(secret:first:last:left) for the
+// waiter's secret. Anyone may publish on the channel; without the secret no
+// one can forge a grant or alter what it says.
+func parseGrant(data, secret string) (g grant, ok bool) {
+	fields := strings.SplitN(data, ":", 4)
+	if len(fields) != 4 {
+		return grant{}, false
 	}
-	b, mac, found := strings.Cut(rest, ":")
-	if !found || len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 || len(mac) != 2*sha1.Size {
-		return 0, 0, false
+	a, b, c, mac := fields[0], fields[1], fields[2], fields[3]
+	if len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 || len(c) == 0 || len(c) > 20 || len(mac) != 2*sha1.Size {
+		return grant{}, false
 	}
 	first, err1 := strconv.ParseUint(a, 10, 64)
 	last, err2 := strconv.ParseUint(b, 10, 64)
-	if err1 != nil || err2 != nil || first == 0 || last < first {
-		return 0, 0, false
+	left, err3 := strconv.ParseInt(c, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || first == 0 || last < first || left < 0 {
+		return grant{}, false
 	}
-	sum := sha1.Sum([]byte(secret + ":" + a + ":" + b))
+	sum := sha1.Sum([]byte(secret + ":" + a + ":" + b + ":" + c))
 	var want [2 * sha1.Size]byte
 	hex.Encode(want[:], sum[:])
 	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
-		return 0, 0, false
+		return grant{}, false
 	}
-	return first, last, true
+	return grant{first: first, last: last, left: left}, true
 }
 
 // waiterLease is how long a queued waiter keeps its place without re-checking.

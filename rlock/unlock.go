@@ -11,8 +11,10 @@ import (
 // Unlock releases one level of the hold carried by lockCtx. The final level
 // gives the lock to the next waiter: a goroutine of this Client while the
 // Client's turn lasts (no round trip), else the head of the Redis queue, told
-// by one message; with no one waiting the lock is deleted and announced. It
-// stops renewals and cancels lockCtx with cause ErrUnlocked.
+// by one message; with no one waiting the lock is deleted and announced. When
+// other Clients wait and the turn allows, the lock is kept for this Client's
+// next Lock for up to the linger (see WithLinger) and released in Redis then.
+// It stops renewals and cancels lockCtx with cause ErrUnlocked.
 //
 // Unlock works even when lockCtx is cancelled; it retries connection errors for
 // up to the unlock timeout with an idempotent request, so a retried release never
@@ -31,10 +33,12 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if h == nil {
 		return fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
 	}
-	return m.release(lockCtx, h, m.c.NewID())
+	return m.release(lockCtx, h, m.c.NewID(), true)
 }
 
-func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string) error {
+// release releases one level of h. mayPark lets the final level keep the lock
+// for a moment for this Client's next Lock (see cohorts.park).
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string, mayPark bool) error {
 	h.Serial.Lock()
 	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
@@ -42,7 +46,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string)
 	}
 	n, releasing := h.Count()
 	final := n == 1 && !releasing
-	if final && m.t.passOn(m.name, h) {
+	if final && (m.t.passOn(m.name, h) || mayPark && m.t.park(m, h)) {
 		h.End(ErrUnlocked) // the next holder took over the owner field
 		return nil
 	}
@@ -168,5 +172,5 @@ func (m *Mutex) handOn(p *cohortPass) {
 	}
 	h.StartFrom(p.until, p.epoch)
 	m.t.adopt(m.name, h)
-	_ = m.release(context.Background(), h, m.c.NewID())
+	_ = m.release(context.Background(), h, m.c.NewID(), false)
 }

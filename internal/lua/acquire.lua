@@ -33,10 +33,11 @@
 -- twice.
 --
 -- Returns an array:
---   {1, token, count, last}  acquired (or found already handed to this owner
---                      while it was queued, and its lease re-set); token is the
---                      fencing token (0 on re-entry), count the hold count, and
---                      token..last the tokens reserved for this holder
+--   {1, token, count, last, left}  acquired (or found already handed to this
+--                      owner while it was queued, and its lease re-set); token
+--                      is the fencing token (0 on re-entry), count the hold
+--                      count, token..last the tokens reserved for this holder,
+--                      and left the number of waiters queued (0 on re-entry)
 --   {0, wait, fence}   not acquired; wait is the holder's remaining lease in
 --                      milliseconds (-1 when the key has no expiry), fence the
 --                      fencing counter now (0 if unset): a hand-off message
@@ -55,7 +56,7 @@ end
 if ARGV[3] == '1' then
   local done = redis.call('GET', KEYS[7])
   if done then
-    return {1, 0, tonumber(done), 0}
+    return {1, 0, tonumber(done), 0, 0}
   end
   if redis.call('HEXISTS', lock, owner) == 0 then
     return {-1}
@@ -63,7 +64,7 @@ if ARGV[3] == '1' then
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
   redis.call('SET', KEYS[7], count, 'PX', ARGV[11])
-  return {1, 0, count, 0}
+  return {1, 0, count, 0, 0}
 end
 
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -76,14 +77,16 @@ if wait == -2 then
   -- missed its hand-off, say because the last holder's lease ran out).
   wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
   if wait <= 0 then
+    local left = 0
     if wait < 0 then
       mutex_dequeue(queue, waiters, entry)
+      left = redis.call('ZCARD', queue)
     end
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
     local block = tonumber(ARGV[8])
     local last = mutex_tokens(fence, block)
-    return {1, last - block + 1, 1, last}
+    return {1, last - block + 1, 1, last, left}
   end
 else
   local count = redis.call('HGET', lock, owner)
@@ -92,7 +95,7 @@ else
     -- or taken by an attempt of ours whose reply was lost.
     redis.call('PEXPIRE', lock, lease)
     local last = mutex_fence_now(fence)
-    return {1, last, tonumber(count), last}
+    return {1, last, tonumber(count), last, redis.call('ZCARD', queue)}
   end
 end
 if ARGV[4] == '1' then

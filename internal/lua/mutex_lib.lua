@@ -13,15 +13,16 @@
 --
 -- A lock that becomes free while waiters are queued is never left free: it is
 -- handed to the head waiter in the same script (direct hand-off), which learns
--- it from the message '@' .. owner .. ' ' .. first .. ':' .. last .. ':' .. mac
--- and holds the lock without a further round trip. The message goes to the
+-- it from the message '@' .. owner .. ' ' .. first .. ':' .. last .. ':' ..
+-- left .. ':' .. mac and holds the lock without a further round trip; left is
+-- the number of waiters still queued behind it. The message goes to the
 -- waiter's Client alone, on its grant channel (grant prefix .. client id, the
 -- owner field up to its last ':'), so a hand-off costs one delivery however
 -- many processes wait; and when no one receives it, the waiter's Client is
 -- gone (its connection closed): the grant is undone and the next waiter served. mac is
--- sha1hex(secret .. ':' .. first .. ':' .. last): anyone may publish on the
+-- sha1hex(secret .. ':' .. first .. ':' .. last .. ':' .. left): anyone may publish on the
 -- channel, but only Redis (or a reader of the queue) can grant the lock, and
--- the tokens cannot be altered. first..last is a block of fencing tokens
+-- neither the tokens nor the count can be altered. first..last is a block of fencing tokens
 -- reserved for the new holder (INCRBY): it takes the first and may give the
 -- rest to goroutines of its own process it passes the lock to (cohorting);
 -- any later acquisition gets a higher token.
@@ -155,7 +156,7 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       redis.call('PEXPIRE', lock, lease)
       local last = mutex_tokens(fence, block)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
-      local grant = string.format('%d:%d', last - block + 1, last)
+      local grant = string.format('%d:%d:%d', last - block + 1, last, redis.call('ZCARD', queue))
       local heard = redis.call(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       if heard > 0 then
         return tonumber(lease), last
