@@ -150,8 +150,8 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports
 // whether there was a lock to delete. Each former holder is sent a message on
-// the lock's channel, so that its Client stops passing the lock to its own
-// goroutines; it learns of the loss at its next renewal (its lock context is
+// its Client's grant channel, so that its Client stops passing the lock to its
+// own goroutines (and keeping it for them, see WithLinger); it learns of the loss at its next renewal (its lock context is
 // then cancelled with ErrLeaseLost) or Unlock (ErrNotHeld). It is an
 // administrative tool, not a way to share a lock.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
