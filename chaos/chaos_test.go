@@ -478,12 +478,12 @@ func commandKind(args []string) string {
 		return "abandon"
 	case nk == 4 && has(1, ":queue"): // forceunlock.lua
 		return "force-unlock"
-	case nk == 7 && has(6, ":sem:gone:"): // sem_acquire.lua or sem_abandon.lua
-		if len(argv) == 4 {
+	case nk == 6 && has(5, ":sem:gone:"): // sem_acquire.lua or sem_abandon.lua
+		if len(argv) == 5 {
 			return "abandon"
 		}
 		return "acquire"
-	case nk == 7 && has(6, ":sem:latch:"): // sem_release.lua
+	case nk == 6 && has(5, ":sem:latch:"): // sem_release.lua
 		return "release"
 	case strings.HasSuffix(keys[0], ":sem:permits"), strings.HasSuffix(keys[0], "}"): // renew.lua, sem_renew.lua
 		return "renew"

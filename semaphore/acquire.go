@@ -51,7 +51,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOpti
 // release-able lease, and returns how many it took. It fails with ErrNoPermits
 // when none is free.
 func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.Context, int64, error) {
-	a, err := s.prepare(ctx, "all", opts)
+	a, err := s.prepare(ctx, "all", 0, opts)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -68,30 +68,54 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 	return permitCtx, a.got, err
 }
 
+// An Acquire call moves through these states:
+//
+//	attempt   one sem_acquire.lua that takes the permits if they are free
+//	          and nobody is queued ahead, without queueing; skipped by a
+//	          blocking Acquire when this Client's grant channel for the
+//	          semaphore is subscribed already (another of its waiters waits,
+//	          or one did within the multiplexer's linger: the semaphore is
+//	          contended), so that one script acquires or queues
+//	            acquired -> held; not free -> (TryAcquire: fail) queued
+//	queued    subscribed to this Client's grant channel, then queued in Redis
+//	          under one permit id (and secret) for the whole call
+//	            a grant message proven with the secret -> held, no script
+//	            woken otherwise, or at the earliest lease end, or every third
+//	            of the watchdog timeout (to keep its place): re-check with
+//	            sem_acquire.lua, which finds permits handed over meanwhile
+//	            wait over (ctx, wait timeout, Close) -> failed (place given up)
+//	held      a Hold is registered; the permit context is returned
 func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []AcquireOption) (context.Context, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, fmt.Errorf("%w: permits must be between 1 and %d, got %d", ErrInvalidCount, int64(MaxPermits), n)
 	}
-	a, err := s.prepare(ctx, strconv.FormatInt(n, 10), opts)
+	a, err := s.prepare(ctx, strconv.FormatInt(n, 10), n, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.c.Exit()
 	wait = wait && !a.cfg.tryOnce // WithWaitTimeout(0): one attempt, as TryAcquire
-	// The first attempt does not join the queue: a wake addressed to a waiter
-	// that is not subscribed yet would be lost.
-	ok, _, err := a.try(ctx, nil)
-	switch {
-	case err != nil && wait && core.Retryable(ctx, err):
-		// A dropped connection is no reason to give up a blocking Acquire:
-		// the wait below retries with backoff while ctx lasts.
-	case err != nil:
-		a.giveUp(ctx)
-		return nil, s.wrap("acquire", err)
-	case ok:
-		return a.hold(ctx)
-	case !wait:
-		return nil, fmt.Errorf("%w: %q has fewer than %d free, or waiters ahead", ErrNoPermits, s.name, n)
+	var w *pubsub.Waiter
+	if wait {
+		// Contended (our grant channel is live): one script queues at once.
+		w = s.c.Mux.SubscribeIfLive(s.grant, n)
+	}
+	if w == nil {
+		// The first attempt does not join the queue: a grant published to a
+		// channel this Client has not subscribed yet would reach nobody.
+		ok, _, err := a.try(ctx, nil)
+		switch {
+		case err != nil && wait && core.Retryable(ctx, err):
+			// A dropped connection is no reason to give up a blocking Acquire:
+			// the wait below retries with backoff while ctx lasts.
+		case err != nil:
+			a.giveUp(ctx)
+			return nil, s.wrap("acquire", err)
+		case ok:
+			return a.hold(ctx)
+		case !wait:
+			return nil, fmt.Errorf("%w: %q has fewer than %d free, or waiters ahead", ErrNoPermits, s.name, n)
+		}
 	}
 	waitCtx := ctx
 	if a.cfg.waitSet {
@@ -100,7 +124,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 			fmt.Errorf("%w: %q after waiting %v: %w", ErrNoPermits, s.name, a.cfg.waitTimeout, context.DeadlineExceeded))
 		defer cancel()
 	}
-	if err := s.c.WaitFor(waitCtx, s.keys.channel, n, a.try); err != nil {
+	if w == nil {
+		w, err = s.subscribe(waitCtx, n)
+	}
+	if err == nil {
+		err = a.wait(waitCtx, w)
+	}
+	if err != nil {
 		a.giveUp(ctx)
 		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
 			// The wait ran out while Redis could not be reached: say so,
@@ -115,7 +145,24 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	return a.hold(ctx)
 }
 
-func (s *Semaphore) prepare(ctx context.Context, want string, opts []AcquireOption) (*acquisition, error) {
+// subscribe joins this Client's grant channel for the semaphore, returning
+// once Redis confirmed the subscription: a grant published afterwards reaches
+// the Waiter.
+func (s *Semaphore) subscribe(ctx context.Context, n int64) (*pubsub.Waiter, error) {
+	w, err := s.c.Mux.SubscribeWeighted(ctx, s.grant, n)
+	switch {
+	case err == nil:
+		return w, nil
+	case s.c.IsClosed():
+		return nil, ErrClosed
+	case ctx.Err() != nil:
+		// The wait ended while subscribing: report why it ended.
+		return nil, core.CtxError(ctx)
+	}
+	return nil, err
+}
+
+func (s *Semaphore) prepare(ctx context.Context, want string, n int64, opts []AcquireOption) (*acquisition, error) {
 	cfg, err := newAcquireConfig(opts)
 	if err != nil {
 		return nil, err
@@ -129,47 +176,73 @@ func (s *Semaphore) prepare(ctx context.Context, want string, opts []AcquireOpti
 	if !s.c.Enter() {
 		return nil, ErrClosed
 	}
-	a := &acquisition{s: s, id: s.c.NewID(), want: want, cfg: cfg, lease: s.c.Cfg.WatchdogTimeout, renew: true}
+	a := &acquisition{s: s, want: want, n: n, cfg: cfg, lease: s.c.Cfg.WatchdogTimeout, renew: true}
 	if cfg.leaseSet {
 		a.lease, a.renew = cfg.lease, false
 	}
+	a.newID()
 	return a, nil
 }
 
 // acquisition is one Acquire call, retried while waiting. It keeps one
-// permit id throughout, so that a retry after a lost reply finds what the
-// lost request did: the permits it took, or its place in the queue.
+// permit id (and secret) throughout, so that a retry after a lost reply finds
+// what the lost request did: the permits it took, or its place in the queue.
 type acquisition struct {
-	s     *Semaphore
-	id    string // permit id, and waiter id in the queue
-	want  string
-	cfg   acquireConfig
-	lease time.Duration
-	renew bool
-	// ticket dates the request that took the permits: the last one sent,
-	// or, when a retry reports permits taken by an earlier request whose
-	// reply was lost, the earliest unanswered one, since they were granted
-	// after it.
-	ticket    core.Ticket
+	s      *Semaphore
+	id     string // permit id, and waiter id in the queue
+	secret string // proves grant messages to this id (see parseGrant)
+	want   string
+	n      int64 // permits asked for; 0 for Drain's "all"
+	cfg    acquireConfig
+	lease  time.Duration
+	renew  bool
+	fresh  bool // no request for id was sent yet: it can hold nothing
+	// ticket dates the request whose lease the permits have: the one that
+	// reported them (every report sets their lease afresh), or for permits
+	// handed over, queuedAt.
+	ticket core.Ticket
+	// queuedAt dates the last request that answered "queued" (zero when a
+	// later one went unanswered). A grant to id ran after that request did,
+	// so a lease it granted started after queuedAt.
+	queuedAt  core.Ticket
 	uncertain bool // a request for id went unanswered since the last reply
 	traced    bool // id may be queued or hold permits: abandon it on failure
 	got       int64
 	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
 }
 
-// try makes one attempt; with w set it waits in the queue (and w is tagged with
-// the id, so that a release can wake it by name).
+// newID gives the acquisition a new permit id and secret, with which nothing
+// was done in Redis yet.
+func (a *acquisition) newID() {
+	a.id, a.secret, a.fresh = a.s.c.NewID(), newSecret(), true
+	a.queuedAt = core.Ticket{}
+}
+
+// entry is the acquisition's queue entry (see sem_lib.lua); "" for Drain,
+// which never queues.
+func (a *acquisition) entry() string {
+	if a.n == 0 {
+		return ""
+	}
+	return a.s.entry(a.id, a.want, a.lease, a.secret)
+}
+
+// try makes one attempt; with w set it waits in the queue (and w is tagged
+// with the id, so that a release can hand it the permits by name). Permits
+// handed over since the last attempt are taken without asking Redis.
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
-		w.SetTag(a.id)
+		w.SetTag(a.id) // a new id discards grants to the old one
+		if a.handedOff(w) {
+			return true, 0, nil
+		}
 		a.traced = true
 	}
 	t := s.c.NewTicket()
-	if !a.uncertain {
-		a.ticket = t
-	}
-	r, err := s.acquireScript(ctx, a.id, a.want, a.lease, w != nil)
+	fresh := a.fresh
+	a.fresh = false
+	r, err := s.acquireScript(ctx, acquireArgs{id: a.id, want: a.want, secret: a.secret, lease: a.lease, enqueue: w != nil, fresh: fresh})
 	if err != nil {
 		// A Redis error reply means the script did not complete; any other
 		// error leaves its outcome unknown: the retry, under the same id,
@@ -180,18 +253,21 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
 			a.uncertain = true
+			a.queuedAt = core.Ticket{}
 		}
 		return false, 0, err
 	}
 	a.uncertain, a.lastErr = false, nil
 	switch r.status {
 	case 1:
-		if !r.before {
-			a.ticket = t
-		}
-		a.got = r.value
+		// The script set the lease from when it ran, after t (an earlier
+		// request running late only sets it again, later).
+		a.ticket, a.got = t, r.value
 		return true, 0, nil
 	case 0:
+		if w != nil {
+			a.queuedAt = t
+		}
 		// Re-check by the earliest expiry, and often enough to keep our place
 		// in the queue (it lapses after one watchdog timeout).
 		retry := s.c.Cfg.WatchdogTimeout / 3
@@ -201,7 +277,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		return false, retry, nil
 	case -2:
 		// Our id was given up in Redis: carry on under a new one.
-		a.id, a.traced = s.c.NewID(), w != nil
+		a.newID()
+		a.traced = w != nil
 		return false, 0, nil
 	case -3:
 		return false, 0, fmt.Errorf("%w: %q: asked for %s, limit is %d", ErrExceedsLimit, s.name, a.want, r.value)
@@ -212,13 +289,79 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	}
 }
 
+// handedOff reports whether a release handed the permits to this id: a
+// message proven with our secret woke w. Their lease was granted after
+// queuedAt, which then dates the hold; when that leaves less than half the
+// lease, the caller confirms with a round trip instead (sem_acquire.lua finds
+// the permits and sets their lease again), so a hold never starts nearly
+// expired. A message that proves nothing (forged, garbled, for an id we no
+// longer use) is ignored: the caller re-checks with Redis.
+func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
+	n, ok := parseGrant(w.TakeData(), a.secret)
+	if !ok || n != a.n || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > a.lease/2 {
+		return false
+	}
+	a.got, a.ticket = n, a.queuedAt
+	return true
+}
+
+// wait runs try until it succeeds, sleeping between tries until a message or
+// a reconnect wakes w, the retry time try returned passes, or ctx ends; it
+// leaves w when it returns. It is core.Client.WaitWith, except that w leaves
+// without handing a wake-up on to the next Waiter of the channel: no message
+// on a grant channel is meant for any Waiter but the one it names.
+func (a *acquisition) wait(ctx context.Context, w *pubsub.Waiter) error {
+	defer w.Leave(true)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var lastErr error
+	backoff := time.Duration(0)
+	for {
+		ok, retryIn, err := a.try(ctx, w)
+		switch {
+		case ok:
+			return nil
+		case err != nil && core.Retryable(ctx, err):
+			lastErr = err
+			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
+			retryIn = backoff
+		case err != nil && ctx.Err() != nil:
+			// The attempt failed because the wait ended: report why it ended.
+			return core.CtxError(ctx)
+		case err != nil:
+			return err
+		default:
+			backoff = 0
+		}
+		timer.Reset(retryIn)
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-w.Done():
+			return ErrClosed
+		case <-ctx.Done():
+			err := core.CtxError(ctx)
+			if lastErr != nil {
+				err = fmt.Errorf("%w (last error: %w)", err, lastErr)
+			}
+			return err
+		}
+	}
+}
+
+// Backoff of re-checks after connection errors, as core.Client.WaitWith's.
+const (
+	minRetryBackoff = 10 * time.Millisecond
+	maxRetryBackoff = time.Second
+)
+
 // giveUp ends a failed acquisition: its id leaves the queue and gives back
 // anything a request whose reply was lost may have taken, before the call
 // returns (see Semaphore.abandon). It is the only clean-up of an acquisition.
 func (a *acquisition) giveUp(ctx context.Context) {
 	if a.traced {
 		a.traced = false
-		a.s.abandon(ctx, a.id, a.lease)
+		a.s.abandon(ctx, a.id, a.entry(), a.lease)
 	}
 }
 
@@ -263,10 +406,12 @@ func (s *Semaphore) Release(permitCtx context.Context) error {
 	if p == nil {
 		return fmt.Errorf("%w: the context holds no permit of %q", ErrNotHeld, s.name)
 	}
-	return s.release(permitCtx, p, s.c.NewID())
+	return s.release(permitCtx, p, s.c.NewID(), false)
 }
 
-func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string) error {
+// release runs the release under requestID; retried tells that a request of
+// that id may have run already (only tests replay one).
+func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string, retried bool) error {
 	h := p.hold
 	if ended, cause := h.State(); ended {
 		return s.notHeld(cause)
@@ -278,13 +423,14 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	defer cancel()
 	var released int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		released, err = s.releaseScript(ctx, h.Owner, requestID)
+		released, err = s.releaseScript(ctx, h.Owner, requestID, retried)
+		retried = true // from now on an earlier attempt may have run
 		return err
 	})
 	switch {
 	case err != nil:
 		id := h.Owner
-		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id) })
+		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
 		return fmt.Errorf("semaphore %q: %w", s.name, ae)
 	case released < 0:
 		h.End(ErrLeaseLost)

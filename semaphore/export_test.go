@@ -6,32 +6,37 @@ import (
 )
 
 // ReleaseWithRequestID releases the permits carried by permitCtx as Release
-// does, but under the given release request id, so that a test can replay the
-// request the way a retry inside Release does.
+// does, but under the given release request id, whose first attempt may have
+// run already: a test can replay the request the way a retry inside Release
+// does.
 func ReleaseWithRequestID(s *Semaphore, permitCtx context.Context, requestID string) error {
 	p := s.permitOf(permitCtx)
 	if p == nil {
 		return ErrNotHeld
 	}
-	return s.release(permitCtx, p, requestID)
+	return s.release(permitCtx, p, requestID, true)
 }
 
 // ReleaseScript runs sem_release.lua once for the permit carried by permitCtx,
 // under request id, bypassing the client-side state of the hold: exactly what
-// an attempt inside Release sends, whose reply may be lost. It returns the
-// script's answer: the permits released, or a negative code.
-func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context, requestID string) (int64, error) {
+// an attempt inside Release sends (retry: not its first), whose reply may be
+// lost. It returns the script's answer: the permits released, or a negative
+// code.
+func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context, requestID string, retry bool) (int64, error) {
 	p := s.permitOf(permitCtx)
 	if p == nil {
 		return 0, ErrNotHeld
 	}
-	return s.releaseScript(ctx, p.hold.Owner, requestID)
+	return s.releaseScript(ctx, p.hold.Owner, requestID, retry)
 }
 
-// AcquireScript runs sem_acquire.lua once for permit id, as an attempt of an
-// Acquire does (without queueing), and returns its status and value: a test
-// can replay an attempt whose reply was lost.
+// AcquireScript runs sem_acquire.lua once for permit id, as a retried attempt
+// of an Acquire does (without queueing), and returns its status and value: a
+// test can replay an attempt whose reply was lost.
 func AcquireScript(ctx context.Context, s *Semaphore, id string, n int64) (status, value int64, err error) {
-	r, err := s.acquireScript(ctx, id, strconv.FormatInt(n, 10), s.c.Cfg.WatchdogTimeout, false)
+	r, err := s.acquireScript(ctx, acquireArgs{id: id, want: strconv.FormatInt(n, 10), secret: newSecret(), lease: s.c.Cfg.WatchdogTimeout})
 	return r.status, r.value, err
 }
+
+// GrantChannel is the channel on which s's Client is handed permits.
+func GrantChannel(s *Semaphore) string { return s.grant }

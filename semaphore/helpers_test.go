@@ -83,8 +83,11 @@ func (e *env) sem(c *rlock.Client, name string, limit int64) *semaphore.Semaphor
 }
 
 // base is the state hash of semaphore name; every other key of it extends it.
-func (e *env) base(name string) string    { return e.prefix + ":{" + name + "}:sem" }
-func (e *env) channel(name string) string { return e.base(name) + ":wake" }
+func (e *env) base(name string) string { return e.prefix + ":{" + name + "}:sem" }
+
+// wakeChannel is the channel on which releases used to wake waiters (before
+// grants went to each Client's own channel); nothing is published on it now.
+func (e *env) wakeChannel(name string) string { return e.base(name) + ":wake" }
 
 func (e *env) state(s *semaphore.Semaphore) semaphore.State {
 	e.t.Helper()

@@ -2,6 +2,11 @@ package semaphore
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,7 +29,7 @@ type limitReply struct {
 
 func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (limitReply, error) {
 	vals, err := lua.SemLimit.Exec(ctx, s.c.RC, s.keys.common(),
-		[]string{mode, strconv.FormatInt(limit, 10), publishCommand, s.keys.channel, s.limit}).AsIntSlice()
+		[]string{mode, strconv.FormatInt(limit, 10), publishCommand, s.keys.grantPrefix, s.limit}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return limitReply{}, err
@@ -39,67 +44,133 @@ func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (
 type acquireReply struct {
 	status int64 // 1 acquired, 0 not now, -2 abandoned id, -3 exceeds limit, -4 no limit, -5 not a lock's limit
 	value  int64 // permits acquired, ms to the earliest expiry, or the limit
-	before bool  // acquired by an earlier request of the same id
+	before bool  // the id held the permits already (taken by an earlier request, or handed to it)
 }
 
-func (s *Semaphore) acquireScript(ctx context.Context, id, want string, lease time.Duration, enqueue bool) (acquireReply, error) {
-	queue, exact := "0", "0"
-	if enqueue {
-		queue = "1"
+// acquireArgs is one call of sem_acquire.lua.
+type acquireArgs struct {
+	id, want, secret string
+	lease            time.Duration
+	enqueue          bool // join (or stay in) the queue when the permits are not free
+	fresh            bool // the first request sent for id
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
 	}
-	if s.exact {
-		exact = "1"
-	}
-	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(id)),
-		[]string{id, want, ms(lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.channel, queue, s.limit, exact}).AsIntSlice()
+	return "0"
+}
+
+func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireReply, error) {
+	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(a.id)),
+		[]string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.grantPrefix,
+			flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh)}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return acquireReply{}, err
 	}
+	return parseAcquireReply(vals)
+}
+
+// parseAcquireReply checks and decodes sem_acquire.lua's reply; anything but
+// one of the shapes the script returns is an error.
+func parseAcquireReply(vals []int64) (acquireReply, error) {
 	if len(vals) == 0 {
-		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", vals)
+		return acquireReply{}, errors.New("semaphore: empty acquire reply")
 	}
 	r := acquireReply{status: vals[0]}
-	if len(vals) > 1 {
+	switch {
+	case r.status == 1 && len(vals) == 2 && vals[1] > 0:
 		r.value = vals[1]
+	case r.status == 1 && len(vals) == 3 && vals[1] > 0 && vals[2] == 1:
+		r.value, r.before = vals[1], true
+	case r.status == 0 && len(vals) == 2 && vals[1] >= -1:
+		r.value = vals[1]
+	case (r.status == -3 || r.status == -5) && len(vals) == 2:
+		r.value = vals[1]
+	case (r.status == -2 || r.status == -4) && len(vals) == 1:
+	default:
+		return acquireReply{}, fmt.Errorf("semaphore: unexpected acquire reply %v", vals)
 	}
-	r.before = len(vals) > 2 && vals[2] == 1
 	return r, nil
 }
 
-func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string) (int64, error) {
+// entry is a waiter's queue entry, as sem_acquire.lua builds it from its
+// arguments (see sem_lib.lua).
+func (s *Semaphore) entry(id, want string, lease time.Duration, secret string) string {
+	exact := ""
+	if s.exact {
+		exact = s.limit
+	}
+	return id + "/" + want + "/" + ms(lease) + "/" + exact + "/" + secret
+}
+
+// releaseScript runs sem_release.lua; retry tells that an earlier attempt of
+// the request may have run, so that its latch is looked up.
+func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, retry bool) (int64, error) {
 	n, err := lua.SemRelease.Exec(ctx, s.c.RC, s.keys.with(s.keys.latch(requestID)),
-		[]string{id, publishCommand, s.keys.channel, ms(s.c.Cfg.UnlockTimeout + time.Second)}).AsInt64()
+		[]string{id, publishCommand, s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry)}).AsInt64()
 	s.c.NoteError(err)
 	return n, err
 }
 
-// abandonScript takes id out of the queue and gives back whatever it holds;
-// it is idempotent.
-func (s *Semaphore) abandonScript(ctx context.Context, id string) error {
+// abandonScript takes id out of the queue (entry: its queue entry, or "" when
+// it cannot be queued) and gives back whatever it holds; it is idempotent.
+func (s *Semaphore) abandonScript(ctx context.Context, id, entry string) error {
 	err := lua.SemAbandon.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(id)),
-		[]string{id, ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.channel}).Error()
+		[]string{id, entry, ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.grantPrefix}).Error()
 	s.c.NoteError(err)
 	return err
 }
 
-// abandon gives up id, for a waiter that gives up or an acquisition whose
-// outcome is unknown, before returning: once the call that used id returns,
-// id is no longer queued and holds nothing, so that nobody finds its entry in
-// the way. ctx is the caller's, whose cancellation it ignores: the attempt is
+// newSecret returns a waiter's secret: 128 random bits in hex, the proof a
+// grant message must carry (see sem_lib.lua).
+func newSecret() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// parseGrant decodes the data of a message handing permits to a queued waiter
+// (see sem_lib.lua): "n:mac", n the permits granted, a positive decimal, and
+// mac, which must be sha1hex(secret:n) for the waiter's secret. Anyone may
+// publish on the channel; without the secret no one can forge a grant.
+func parseGrant(data, secret string) (n int64, ok bool) {
+	count, mac, found := strings.Cut(data, ":")
+	if !found || len(count) == 0 || len(count) > 20 || len(mac) != 2*sha1.Size || secret == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(count, 10, 64)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	sum := sha1.Sum([]byte(secret + ":" + count))
+	var want [2 * sha1.Size]byte
+	hex.Encode(want[:], sum[:])
+	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// abandon gives up id (queued under entry, if at all), for a waiter that
+// gives up or an acquisition whose outcome is unknown, before returning: once
+// the call that used id returns, id is no longer queued and holds nothing, so
+// that nobody finds its entry in the way. ctx is the caller's, whose cancellation it ignores: the attempt is
 // bounded by the unlock timeout instead. Only when Redis cannot be reached is
 // the clean-up left to the background, retried until id's entries would have
 // expired anyway (lease is the lease its acquisition asked for).
-func (s *Semaphore) abandon(ctx context.Context, id string, lease time.Duration) {
+func (s *Semaphore) abandon(ctx context.Context, id, entry string, lease time.Duration) {
 	freeBy := time.Now().Add(max(lease, s.c.Cfg.WatchdogTimeout))
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.Cfg.UnlockTimeout)
-	err := s.abandonScript(actx, id)
+	err := s.abandonScript(actx, id, entry)
 	cancel()
 	if err == nil || !unreachable(err) {
 		return
 	}
 	s.c.GoUntil(freeBy, func(ctx context.Context) {
-		_ = core.RetryTransient(ctx, func() error { return s.abandonScript(ctx, id) })
+		_ = core.RetryTransient(ctx, func() error { return s.abandonScript(ctx, id, entry) })
 	})
 }
 

@@ -23,6 +23,7 @@ type Semaphore struct {
 	limit string // the limit of WithLimit, established when missing; "" for none
 	exact bool   // a Lock's: the limit must be the configured one
 	keys  keys
+	grant string // this Client's grant channel (see core.GrantChannel)
 }
 
 // Option configures a Semaphore.
@@ -57,6 +58,7 @@ func New(c *rlock.Client, name string, opts ...Option) *Semaphore {
 		return &Semaphore{name: name, err: fmt.Errorf("%w: nil rlock.Client", ErrInvalidClient)}
 	}
 	s := &Semaphore{c: cc, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(cc.Cfg.KeyPrefix, name)}
+	s.grant = core.GrantChannel(s.keys.state, cc.ID)
 	var cfg config
 	for _, opt := range opts {
 		if opt != nil {
@@ -77,8 +79,10 @@ func (s *Semaphore) Name() string { return s.name }
 
 // keys names everything a semaphore owns in Redis; all share the hash tag {name}.
 type keys struct {
-	state, permits, counts, queue, waiters, wants string
-	channel                                       string
+	state, permits, counts, queue, waiters string // state is the key base too
+	// grantPrefix starts the grant channel of every Client (see
+	// core.GrantChannel): a release hands permits to a waiter there.
+	grantPrefix string
 }
 
 const (
@@ -89,21 +93,20 @@ const (
 func newKeys(prefix, name string) keys {
 	base := core.Base(prefix, name) + ":sem"
 	return keys{
-		state:   base,
-		permits: base + permitsSuffix,
-		counts:  base + countsSuffix,
-		queue:   base + ":queue",
-		waiters: base + ":waiters",
-		wants:   base + ":wants",
-		channel: base + ":wake",
+		state:       base,
+		permits:     base + permitsSuffix,
+		counts:      base + countsSuffix,
+		queue:       base + ":queue",
+		waiters:     base + ":waiters",
+		grantPrefix: core.GrantChannelPrefix(base),
 	}
 }
 
-func (k keys) common() []string {
-	return []string{k.state, k.permits, k.counts, k.queue, k.waiters, k.wants}
+func (k keys) with(extra string) []string {
+	return []string{k.state, k.permits, k.counts, k.queue, k.waiters, extra}
 }
 
-func (k keys) with(extra string) []string { return append(k.common(), extra) }
+func (k keys) common() []string { return []string{k.state, k.permits, k.counts, k.queue, k.waiters} }
 
 func (k keys) latch(requestID string) string { return k.state + ":latch:" + requestID }
 

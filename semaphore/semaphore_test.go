@@ -229,17 +229,19 @@ func TestAcquireManyWaitsForEnoughReleases(t *testing.T) {
 func TestAbandonedWaitersLeaveNothingBehind(t *testing.T) {
 	e := newEnv(t)
 	const name = "abandon"
-	channel := e.channel(name)
 	holderSem := e.sem(e.client(), name, 1)
 	c1 := e.client(rlock.WithPubSub(pubsub.WithLinger(0)))
 	c2 := e.client(rlock.WithPubSub(pubsub.WithLinger(0)))
 	s1, s2 := e.sem(c1, name, 1), e.sem(c2, name, 1)
+	grants := []string{semaphore.GrantChannel(s1), semaphore.GrantChannel(s2)}
 	held := mustAcquire(t, holderSem, e.ctx, 1)
 
 	settled := func(what string) {
 		t.Helper()
 		e.waitQueued(s1, 0)
-		waitFor(t, 5*time.Second, what+": no subscriber on the wake channel", func() bool { return e.numSub(channel) == 0 })
+		waitFor(t, 5*time.Second, what+": no subscriber on the grant channels", func() bool {
+			return e.numSub(grants[0]) == 0 && e.numSub(grants[1]) == 0
+		})
 		// Only the holder's permit may remain, besides tombstones.
 		var rest []string
 		for _, k := range e.unexpectedKeys(name, "gone", "latch") {
@@ -288,8 +290,10 @@ func TestAbandonedWaitersLeaveNothingBehind(t *testing.T) {
 		}
 	}()
 	e.waitState(s1, 5*time.Second, "all waiters queued", func(st semaphore.State) bool { return st.Queued == 4*each })
-	if n := e.numSub(channel); n != 2 {
-		t.Errorf("subscribers on the wake channel with two Clients waiting = %d, want 2 (one per Client)", n)
+	for i, ch := range grants {
+		if n := e.numSub(ch); n != 1 {
+			t.Errorf("subscribers on the grant channel of Client %d with its waiters waiting = %d, want 1", i+1, n)
+		}
 	}
 	for _, c := range cancels {
 		c()
@@ -870,7 +874,7 @@ func TestReleaseIsIdempotentUnderRetry(t *testing.T) {
 	p := mustAcquire(t, s, e.ctx, 2)
 	const requestID = "request-1"
 	// The first attempt reaches Redis, its reply is lost.
-	n, err := semaphore.ReleaseScript(e.ctx, s, p, requestID)
+	n, err := semaphore.ReleaseScript(e.ctx, s, p, requestID, false)
 	if err != nil || n != 2 {
 		t.Fatalf("first attempt = %d, %v, want 2", n, err)
 	}
@@ -893,11 +897,11 @@ func TestReleaseIsIdempotentUnderRetry(t *testing.T) {
 		t.Errorf("the other holder's permits = %d (ctx %v), want 3", got, q.Err())
 	}
 	// The same request again only answers from its latch.
-	if n, err := semaphore.ReleaseScript(e.ctx, s, p, requestID); err != nil || n != 2 {
+	if n, err := semaphore.ReleaseScript(e.ctx, s, p, requestID, true); err != nil || n != 2 {
 		t.Errorf("third attempt of the same request = %d, %v, want 2 from the latch", n, err)
 	}
 	// A new request for the released permit changes nothing either.
-	if n, err := semaphore.ReleaseScript(e.ctx, s, p, "request-2"); err != nil || n >= 0 {
+	if n, err := semaphore.ReleaseScript(e.ctx, s, p, "request-2", false); err != nil || n >= 0 {
 		t.Errorf("a new release request for a released permit = %d, %v, want a negative answer", n, err)
 	}
 	if st := e.state(s); st.Held != 3 {

@@ -1,26 +1,31 @@
 -- sem_abandon: give up a waiter or an acquisition with an unknown outcome: take
--- the id out of the queue, return any permits it holds, and wake the next in
--- line. The tombstone makes a late sem_acquire.lua for the id refuse.
+-- its entry out of the queue, return any permits the id holds, and hand what is
+-- free on to the next in line (see sem_lib.lua). The tombstone makes a late
+-- sem_acquire.lua for the id refuse. Idempotent.
 --
--- KEYS[1..6]  the semaphore keys (see sem_lib.lua)
--- KEYS[7]     tombstone of the permit id
+-- KEYS[1..5]  the semaphore keys (see sem_lib.lua)
+-- KEYS[6]     tombstone of the permit id
 -- ARGV[1]     permit id
--- ARGV[2]     tombstone lifetime in milliseconds
--- ARGV[3]     publish command
--- ARGV[4]     wake channel
+-- ARGV[2]     its queue entry (see sem_lib.lua), or '' when it cannot be queued
+-- ARGV[3]     tombstone lifetime in milliseconds
+-- ARGV[4]     publish command: PUBLISH or SPUBLISH
+-- ARGV[5]     grant channel prefix: a waiter's channel is it .. its client id
 --
 -- Returns the permits returned to the pool (0 when it held none).
 local id = ARGV[1]
-redis.call('SET', KEYS[7], 1, 'PX', ARGV[2])
+redis.call('SET', KEYS[6], 1, 'PX', ARGV[3])
 local now = now_ms()
-sem_reclaim(now)
-sem_dequeue(id)
+sem_load()
+if ARGV[2] ~= '' then
+  sem_dequeue(ARGV[2])
+end
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
 if n > 0 then
-  sem_unuse(n)
+  st.used = math.max(st.used - n, 0)
   redis.call('HDEL', KEYS[3], id)
   redis.call('ZREM', KEYS[2], id)
 end
-sem_wake_head(ARGV[3], ARGV[4])
-sem_expire(now)
+sem_reclaim(now)
+sem_handoff(now, ARGV[4], ARGV[5], nil, false)
+sem_save(now)
 return n

@@ -1,31 +1,89 @@
 -- sem_lib: helpers shared by the semaphore scripts; prepended to each of them at
 -- build time (see lua.go), so it declares functions only and touches no key.
 --
--- Every semaphore script receives the same first six KEYS:
---   KEYS[1] state hash: limit, used (permits held), seq (arrival counter), and
---           auto (present when the limit was established by a script from the
---           limit a Semaphore was configured with, rather than set by
---           TrySetLimit or SetLimit)
+-- Every semaphore script but sem_renew.lua receives the same first five KEYS:
+--   KEYS[1] state hash: limit; used (permits held); seq (arrival counter); auto
+--           (present when the limit was established by a script from the limit
+--           a Semaphore was configured with, rather than set by TrySetLimit or
+--           SetLimit); pexp (the expiry, server time in ms, of the permits zset
+--           and counts hash whenever they exist); sexp (the state hash's own
+--           expiry; absent when the state is permanent)
 --   KEYS[2] permits zset: permit id -> lease expiry (server time, ms)
 --   KEYS[3] counts hash: permit id -> permits it holds
---   KEYS[4] queue zset: waiter id -> arrival number (FIFO order)
---   KEYS[5] waiter deadlines zset: waiter id -> expiry (server time, ms)
---   KEYS[6] wants hash: waiter id -> permits it asks for
+--   KEYS[4] queue zset: entry -> arrival number (FIFO order)
+--   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms); a
+--           waiter that stops re-checking loses its place when it passes
 --
--- Expiry: every script that writes ends with sem_expire, so that each key
--- expires by itself once what it holds has run out: the permits zset and the
--- counts hash when the last lease ends, the queue, deadlines and wants when
--- the last waiter deadline passes, and the state hash SEM_IDLE_MS after both,
--- unless its limit was set by TrySetLimit or SetLimit (no auto field): then it
--- is permanent, as that limit could not be re-established.
+-- A waiter's entry is id .. '/' .. n .. '/' .. lease .. '/' .. exact .. '/' ..
+-- secret: its permit id (client id ':' number), the permits it asks for, the
+-- lease in ms they are granted with when handed to it, the limit it insists on
+-- ('' for any; a Lock's is 1), and a random hex secret known only to the
+-- waiter and to whoever may read the queue key.
+--
+-- Direct hand-off: permits that become free while waiters are queued are never
+-- left free for whoever asks next. The script that frees them (a release, an
+-- abandon, a raised limit, an acquisition that found leases run out) grants them
+-- at once to the waiters at the head of the queue, in arrival order, while what
+-- the head asks for fits: from that moment the waiter holds them, with the lease
+-- of its entry, exactly as if it had taken them itself. Each is told on its own
+-- Client's grant channel (grant prefix .. client id, see core.GrantChannel):
+--   '@' .. id .. ' ' .. n .. ':' .. sha1hex(secret .. ':' .. n)
+-- Only that Client's process receives it, whatever the number of processes
+-- waiting, and anyone may publish on the channel, so the MAC proves the grant:
+-- without the secret no one can make a waiter believe it holds permits. A
+-- PUBLISH that reaches no subscriber means the waiter's Client is gone (its
+-- pub/sub connection closed, its process dead): the entry is dropped, nothing is
+-- granted to it, and the next waiter is served in the same script.
+--
+-- Expiry: every key expires by itself once what it holds has run out. The
+-- permits zset and counts hash carry the expiry pexp, kept at or after their
+-- last lease (raised a second beyond what is needed when it must move, so that
+-- a busy semaphore raises it about once a second, not on every grant); the
+-- queue and deadline zsets expire with their last deadline; the state hash, unless
+-- its limit was set by hand, expires SEM_IDLE_MS after all of them (sexp).
+-- Emptied zsets and hashes disappear at once (Redis deletes them).
 
 -- How long the state hash of a semaphore with an auto limit outlives its last
 -- lease and waiter deadline (sem_renew.lua repeats the value).
 local SEM_IDLE_MS = 1000
+-- How far beyond what is needed pexp and sexp are set when they must move.
+local SEM_SLACK_MS = 1000
+-- sexp is brought down again when it lies this far beyond what is needed (a
+-- long lease ended).
+local SEM_SHRINK_MS = 10000
+-- Bounds the waiters one script serves or drops, so that no script runs long.
+local SEM_HANDOFF_MAX = 100
 
+-- The server time in milliseconds, read once per script call.
+local sem_clock
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not sem_clock then
+    local t = redis.call('TIME')
+    sem_clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return sem_clock
+end
+
+-- The state hash as read by sem_load, changed in place by the helpers and
+-- written back by sem_save.
+local st
+
+local function sem_load()
+  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp')
+  st = {
+    exists = v[1] ~= false or v[2] ~= false or v[4] ~= false or v[5] ~= false,
+    limit = tonumber(v[1]),
+    used = tonumber(v[2]) or 0,
+    auto = v[3] ~= false,
+    pexp = tonumber(v[4]),
+    sexp = tonumber(v[5]),
+  }
+  st.used0, st.pexp0, st.limit0 = st.used, st.pexp, st.limit
+  -- pinned: the permits zset is known to hold a member whatever used says
+  -- (the release's own, removed after the hand-off).
+  st.pinned = false
+  -- first: the earliest lease expiry, when a script looked it up.
+  st.first = nil
 end
 
 -- The highest score of a zset, or nil when it is empty.
@@ -34,99 +92,205 @@ local function sem_last(key)
   return last and tonumber(last)
 end
 
--- Gives n permits back to the pool; never creates the state hash.
-local function sem_unuse(n)
-  if n ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('HINCRBY', KEYS[1], 'used', -n)
-  end
-end
-
--- Returns permits whose lease ended to the pool, and forgets waiters that
--- stopped refreshing their place; bounded per call so no script runs long.
-local function sem_reclaim(now)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    -- The permits zset expired as a whole, when its last lease ended: nothing
-    -- is held, whatever the counter says.
-    local used = redis.call('HGET', KEYS[1], 'used')
-    if used and used ~= '0' then
-      redis.call('HSET', KEYS[1], 'used', 0)
-    end
-    redis.call('DEL', KEYS[3])
-  end
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-  for _, id in ipairs(expired) do
-    sem_unuse(tonumber(redis.call('HGET', KEYS[3], id) or '0'))
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('ZREM', KEYS[2], id)
-  end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000)
-  for _, id in ipairs(gone) do
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('ZREM', KEYS[5], id)
-    redis.call('HDEL', KEYS[6], id)
-  end
-end
-
 -- Establishes limit (a decimal string) if no limit is set, marking it auto:
--- the state hash then expires when the semaphore is idle. "" does nothing.
+-- the state hash then expires when the semaphore is idle. '' does nothing.
 local function sem_establish(limit)
-  if limit ~= '' and redis.call('HEXISTS', KEYS[1], 'limit') == 0 then
+  if limit ~= '' and not st.limit then
+    st.limit, st.auto, st.exists = tonumber(limit), true, true
     redis.call('HSET', KEYS[1], 'limit', limit, 'auto', 1)
+    st.limit0 = st.limit
   end
 end
 
 local function sem_available()
-  local limit = redis.call('HGET', KEYS[1], 'limit')
-  if not limit then
-    return nil
-  end
-  return tonumber(limit) - tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
+  return st.limit and (st.limit - st.used)
 end
 
-local function sem_dequeue(id)
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('ZREM', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id)
-end
-
--- Wakes the waiter at the head of the queue, by id, if what it asks for is
--- free now, or if it can never be served (no limit, or it wants more than the
--- limit) so that it fails at once: exactly one process acts on a release, and
--- no herd forms.
-local function sem_wake_head(publish, channel)
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-  if not head then
+-- Makes the permits zset and counts hash outlive a lease ending at at. created:
+-- the zset was empty (it did not exist) before the member was added.
+local function sem_keep_permits(at, created)
+  if not created and st.pexp and st.pexp > at then
     return
   end
-  local limit = redis.call('HGET', KEYS[1], 'limit')
-  local avail = sem_available()
-  local want = tonumber(redis.call('HGET', KEYS[6], head) or '1')
-  if not limit or avail >= want or want > tonumber(limit) then
-    redis.call(publish, channel, '@' .. head)
+  local target = at + 1 + SEM_SLACK_MS
+  if not created and not st.pexp then
+    -- Unknown (the state hash was lost): never cut a longer lease short.
+    target = math.max(target, (sem_last(KEYS[2]) or 0) + 1)
+  end
+  st.pexp = target
+  redis.call('PEXPIREAT', KEYS[2], target)
+  redis.call('PEXPIREAT', KEYS[3], target)
+end
+
+-- Gives id n permits with a lease ending at at.
+local function sem_take(id, n, at)
+  local created = st.used <= 0 and not st.pinned
+  redis.call('ZADD', KEYS[2], at, id)
+  redis.call('HSET', KEYS[3], id, n)
+  st.used = st.used + n
+  sem_keep_permits(at, created)
+  if not st.first or at < st.first then
+    st.first = at
   end
 end
 
--- Sets every key's expiry from what it holds (see the top of this file).
-local function sem_expire(now)
-  local held = sem_last(KEYS[2])
-  if held then
-    local at = math.max(held, now) + 1
-    redis.call('PEXPIREAT', KEYS[2], at)
-    redis.call('PEXPIREAT', KEYS[3], at)
-  else
-    redis.call('DEL', KEYS[3])
+-- Returns the permits of leases that ended to the pool; bounded per call so no
+-- script runs long. Sets st.first to the earliest lease left (nil for none).
+local function sem_reclaim(now)
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if not first[1] then
+    -- Nothing held. When the zset expired as a whole (its last lease ended
+    -- with nobody looking), the counter is stale.
+    if st.used ~= 0 then
+      st.used = 0
+      redis.call('DEL', KEYS[3])
+    end
+    st.first = nil
+    return
   end
-  local waiting = sem_last(KEYS[5])
-  if waiting then
-    local at = math.max(waiting, now) + 1
-    redis.call('PEXPIREAT', KEYS[4], at)
-    redis.call('PEXPIREAT', KEYS[5], at)
-    redis.call('PEXPIREAT', KEYS[6], at)
-  else
-    -- Every queued waiter has a deadline: without deadlines, nobody waits.
-    redis.call('DEL', KEYS[4], KEYS[6])
+  st.first = tonumber(first[2])
+  if st.first > now then
+    return
   end
-  if redis.call('HEXISTS', KEYS[1], 'limit') == 0 or redis.call('HEXISTS', KEYS[1], 'auto') == 1 then
-    redis.call('PEXPIREAT', KEYS[1], math.max(held or 0, waiting or 0, now) + SEM_IDLE_MS)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(expired) do
+    st.used = st.used - tonumber(redis.call('HGET', KEYS[3], id) or '0')
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('ZREM', KEYS[2], id)
+  end
+  st.used = math.max(st.used, 0)
+  first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
+  st.first = first and tonumber(first)
+end
+
+local function sem_dequeue(entry)
+  redis.call('ZREM', KEYS[4], entry)
+  redis.call('ZREM', KEYS[5], entry)
+end
+
+-- Forgets waiters whose deadline passed (their process stopped re-checking).
+local function sem_purge(now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000)
+  for _, entry in ipairs(gone) do
+    sem_dequeue(entry)
+  end
+end
+
+-- Returns the entry at the head of the queue, after forgetting lapsed waiters,
+-- or nil when no one waits. Costs one command when no one waits.
+local function sem_head(now)
+  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+  if not first[1] then
+    return nil
+  end
+  if tonumber(first[2]) <= now then
+    sem_purge(now)
+  end
+  return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+end
+
+-- Splits an entry into id, permits, lease, exact limit (nil for any), secret,
+-- and the client id of its permit id; nil for an entry this version did not write.
+local function sem_parse(entry)
+  local id, n, lease, exact, secret = string.match(entry, '^([^/]+)/(%d+)/(%d+)/(%d*)/(%x+)$')
+  local client = id and string.match(id, '^(.+):[^:]*$')
+  if not client then
+    return nil
+  end
+  return id, tonumber(n), tonumber(lease), tonumber(exact), secret, client
+end
+
+-- Serves the queue from its head with the permits free now (see the top of
+-- this file): grants each head waiter what it asks for while it fits, drops
+-- (and wakes, so that it fails at once) a head that can never be served under
+-- the current limit, and stops at the first that does not fit, for which the
+-- free permits are kept. self, when given, is the caller's own entry: when it
+-- reaches the head nothing is done for it. inspect looks at the head even when
+-- no permit is free (after the limit changed).
+--
+-- Returns true when self is at the head, nil when no one is queued (any more),
+-- false when a waiter is left that does not fit (or, without inspect, when no
+-- permit is free and the queue was not looked at).
+local function sem_handoff(now, publish, prefix, self, inspect)
+  for _ = 1, SEM_HANDOFF_MAX do
+    local avail = sem_available()
+    if avail and avail <= 0 and not inspect then
+      return false
+    end
+    local head = sem_head(now)
+    if not head then
+      return nil
+    end
+    if head == self then
+      return true
+    end
+    local id, n, lease, exact, secret, client = sem_parse(head)
+    if not id then
+      -- Not written by this version: dropped; its waiter queues again at its
+      -- next re-check.
+      sem_dequeue(head)
+    elseif not st.limit or n > st.limit or (exact and exact ~= st.limit) then
+      sem_dequeue(head)
+      redis.call(publish, prefix .. client, '@' .. id)
+    elseif n > avail then
+      return false
+    else
+      sem_dequeue(head)
+      -- %d: a number concatenated as is may print as 1e+12.
+      local count = string.format('%d', n)
+      local grant = count .. ':' .. redis.sha1hex(secret .. ':' .. count)
+      if redis.call(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
+        sem_take(id, n, now + lease)
+      end
+    end
+  end
+  return false
+end
+
+-- Writes back what changed in the state hash and keeps it alive as long as it
+-- must: past every lease (pexp) and waiter deadline (horizon, the latest this
+-- script set, if any) by SEM_IDLE_MS, unless its limit was set by hand. It
+-- never creates the state hash unless the script established a limit.
+local function sem_save(now, horizon)
+  if not st.exists then
+    return
+  end
+  local fields = {}
+  if st.used ~= st.used0 then
+    fields[#fields + 1] = 'used'
+    fields[#fields + 1] = string.format('%d', st.used)
+  end
+  if st.pexp ~= st.pexp0 then
+    fields[#fields + 1] = 'pexp'
+    fields[#fields + 1] = string.format('%d', st.pexp)
+  end
+  local expire = false
+  if not st.limit or st.auto then
+    local need = now
+    if st.used > 0 then
+      -- pexp is missing only when the permits were written by another
+      -- version: then look.
+      need = math.max(need, st.pexp or sem_last(KEYS[2]) or 0)
+    end
+    if horizon then
+      need = math.max(need, horizon)
+    end
+    need = need + SEM_IDLE_MS
+    if st.sexp and st.sexp > need + SEM_SHRINK_MS then
+      -- Far beyond what leases need: other waiters may still need it.
+      need = math.max(need, (sem_last(KEYS[5]) or 0) + SEM_IDLE_MS)
+    end
+    if not st.sexp or st.sexp < need or st.sexp > need + SEM_SHRINK_MS then
+      st.sexp = need + SEM_SLACK_MS
+      fields[#fields + 1] = 'sexp'
+      fields[#fields + 1] = string.format('%d', st.sexp)
+      expire = true
+    end
+  end
+  if #fields > 0 then
+    redis.call('HSET', KEYS[1], unpack(fields))
+  end
+  if expire then
+    redis.call('PEXPIREAT', KEYS[1], st.sexp)
   end
 end

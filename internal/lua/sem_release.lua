@@ -1,40 +1,48 @@
--- sem_release: give back the permits of one lease and wake the next waiter.
--- Idempotent per request id, like release.lua.
+-- sem_release: give back the permits of one lease and hand them on to the
+-- waiters at the head of the queue in the same step (see sem_lib.lua).
+-- Idempotent per request id: a retry of a release whose reply was lost returns
+-- the first outcome.
 --
--- KEYS[1..6]  the semaphore keys (see sem_lib.lua)
--- KEYS[7]     result latch of this request
+-- KEYS[1..5]  the semaphore keys (see sem_lib.lua)
+-- KEYS[6]     result latch of this request
 -- ARGV[1]     permit id
--- ARGV[2]     publish command
--- ARGV[3]     wake channel
+-- ARGV[2]     publish command: PUBLISH or SPUBLISH
+-- ARGV[3]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[4]     latch lifetime in milliseconds
+-- ARGV[5]     "1" when an earlier attempt of this request may have run (a
+--             retry): its latch is looked up first; "0" for a first attempt
 --
 -- Returns the permits released, -1 when the id holds none (never acquired or
 -- already released), -2 when its lease had already expired (the permits went
 -- back to the pool then).
 local id = ARGV[1]
-local done = redis.call('GET', KEYS[7])
-if done then
-  return tonumber(done)
+if ARGV[5] == '1' then
+  local done = redis.call('GET', KEYS[6])
+  if done then
+    return tonumber(done)
+  end
 end
-local now = now_ms()
 local expiry = redis.call('ZSCORE', KEYS[2], id)
 if not expiry then
-  sem_reclaim(now)
-  sem_expire(now)
   return -1
 end
+local now = now_ms()
+sem_load()
 if tonumber(expiry) <= now then
   sem_reclaim(now)
-  sem_wake_head(ARGV[2], ARGV[3])
-  sem_expire(now)
+  sem_handoff(now, ARGV[2], ARGV[3], nil, false)
+  sem_save(now)
   return -2
 end
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-sem_unuse(n)
-redis.call('HDEL', KEYS[3], id)
+st.used = math.max(st.used - n, 0)
+-- Our permit leaves the zset only after the hand-off, so that a grant does not
+-- re-create it (and its expiry) when ours was the last.
+st.pinned = true
+sem_handoff(now, ARGV[2], ARGV[3], nil, false)
+st.pinned = false
 redis.call('ZREM', KEYS[2], id)
-sem_reclaim(now)
-sem_wake_head(ARGV[2], ARGV[3])
-sem_expire(now)
-redis.call('SET', KEYS[7], n, 'PX', ARGV[4])
+redis.call('HDEL', KEYS[3], id)
+sem_save(now)
+redis.call('SET', KEYS[6], n, 'PX', ARGV[4])
 return n

@@ -9,9 +9,10 @@
 -- Returns an array with one entry per lease: 1 when the permit was still held
 -- and its lease was extended, 0 when it is gone or already expired (unchanged).
 -- The expiries of the lease's keys follow (see sem_lib.lua): the permits zset
--- and counts hash expire with their last lease, and a state hash that expires
--- at all outlives it by the idle bound, SEM_IDLE_MS of sem_lib.lua.
-local IDLE_MS = 1000
+-- and counts hash outlive their last lease (pexp), and a state hash that
+-- expires at all outlives them by the idle bound (sexp); both are raised with
+-- the same slack as there, SEM_SLACK_MS and SEM_IDLE_MS of sem_lib.lua.
+local IDLE_MS, SLACK_MS = 1000, 1000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -20,13 +21,29 @@ for i = 1, #KEYS / 3 do
   local permits, counts, state, id = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 1]
   local expiry = redis.call('ZSCORE', permits, id)
   if expiry and tonumber(expiry) > now then
-    redis.call('ZADD', permits, 'XX', now + lease, id)
-    local last = tonumber(redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')[2])
-    redis.call('PEXPIREAT', permits, last + 1)
-    redis.call('PEXPIREAT', counts, last + 1)
-    local ttl = redis.call('PTTL', state)
-    if ttl >= 0 and now + ttl < last + IDLE_MS then
-      redis.call('PEXPIREAT', state, last + IDLE_MS)
+    local at = now + lease
+    redis.call('ZADD', permits, 'XX', at, id)
+    local v = redis.call('HMGET', state, 'pexp', 'sexp', 'auto', 'limit')
+    local pexp, sexp = tonumber(v[1]), tonumber(v[2])
+    if not pexp or pexp <= at then
+      local target = at + 1 + SLACK_MS
+      if not pexp then
+        -- Unknown: never cut a longer lease short.
+        local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')[2]
+        target = math.max(target, tonumber(last) + 1)
+      end
+      pexp = target
+      redis.call('PEXPIREAT', permits, pexp)
+      redis.call('PEXPIREAT', counts, pexp)
+      if v[4] then
+        redis.call('HSET', state, 'pexp', pexp)
+      end
+    end
+    -- A state hash that expires (auto limit) must outlive the permits.
+    if v[4] and v[3] and (not sexp or sexp < pexp + IDLE_MS) then
+      sexp = pexp + IDLE_MS + SLACK_MS
+      redis.call('HSET', state, 'sexp', sexp)
+      redis.call('PEXPIREAT', state, sexp)
     end
     renewed[i] = 1
   else
