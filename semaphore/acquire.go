@@ -204,11 +204,10 @@ type acquisition struct {
 	// queuedAt dates the last request that answered "queued" (zero when a
 	// later one went unanswered). A grant to id ran after that request did,
 	// so a lease it granted started after queuedAt.
-	queuedAt  core.Ticket
-	uncertain bool // a request for id went unanswered since the last reply
-	traced    bool // id may be queued or hold permits: abandon it on failure
-	got       int64
-	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
+	queuedAt core.Ticket
+	traced   bool // id may be queued or hold permits: abandon it on failure
+	got      int64
+	lastErr  error // the last attempt failed to reach Redis (or Redis refused)
 }
 
 // newID gives the acquisition a new permit id and secret, with which nothing
@@ -252,12 +251,12 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			a.lastErr = err
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
-			a.uncertain = true
+			// Only a round trip confirms a grant until a request is answered.
 			a.queuedAt = core.Ticket{}
 		}
 		return false, 0, err
 	}
-	a.uncertain, a.lastErr = false, nil
+	a.lastErr = nil
 	switch r.status {
 	case 1:
 		// The script set the lease from when it ran, after t (an earlier

@@ -421,3 +421,44 @@ func TestKilledWaiterSkipped(t *testing.T) {
 		t.Fatalf("Unlock: %v", err)
 	}
 }
+
+// TestLostGrantCostsAtMostALease loses the grant message on its way to the
+// waiter (the proxy in front of its Client drops pub/sub messages): the permit
+// is the waiter's in Redis from the release on, and the waiter learns it when
+// it re-checks, by the end of the holder's lease as its last check saw it.
+func TestLostGrantCostsAtMostALease(t *testing.T) {
+	e := newEnv(t)
+	const (
+		name  = "lost-grant"
+		lease = 800 * time.Millisecond
+	)
+	holder := e.sem(e.client(), name, 1)
+	pc, proxy := e.proxied()
+	waiter := e.sem(pc, name, 1)
+	acquiredAt := time.Now()
+	held := mustAcquire(t, holder, e.ctx, 1, semaphore.WithLease(lease))
+	ch := goAcquire(waiter, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return e.queueLen(name) == 1 })
+	id, _, _ := strings.Cut(e.queue(name)[0], "/")
+
+	proxy.DropMessages(true)
+	start := time.Now()
+	mustRelease(t, holder, held)
+	if h := e.hgetall(e.base(name) + ":counts"); h[id] != "1" {
+		t.Errorf("counts right after the release = %v, want the permit granted to the waiter %s", h, id)
+	}
+	r := receive(t, ch, lease+prompt, "waiter whose grant was lost")
+	t.Logf("the waiter learnt of its grant %v after the release (%v after the holder's %v lease began); %d message(s) dropped",
+		r.at.Sub(start), r.at.Sub(acquiredAt), lease, proxy.Dropped())
+	if proxy.Dropped() == 0 {
+		t.Errorf("no message was dropped: the test did not lose the grant")
+	}
+	proxy.DropMessages(false)
+	if n := waiter.Permits(r.ctx); n != 1 {
+		t.Errorf("Permits = %d, want 1", n)
+	}
+	mustRelease(t, waiter, r.ctx)
+	if n := e.available(holder); n != 1 {
+		t.Errorf("Available at the end = %d, want 1", n)
+	}
+}
