@@ -383,8 +383,10 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
 }
 
-// Release gives back the permits carried by permitCtx and wakes the waiters
-// that can now proceed; permitCtx is then cancelled with cause ErrReleased.
+// Release gives back the permits carried by permitCtx and, in the same step,
+// hands them to the waiters at the head of the queue that they are enough for
+// (see the package documentation); permitCtx is then cancelled with cause
+// ErrReleased.
 //
 // Release works even when permitCtx is cancelled, and retries connection errors
 // with an idempotent request. It fails with ErrNotHeld, changing nothing, when

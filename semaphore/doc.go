@@ -25,11 +25,13 @@
 // different limits, the one in Redis wins.
 //
 // Every key of a semaphore expires by itself once nothing is held or queued,
-// even when the processes that used it crashed: the permits when their last
-// lease runs out, the queue when the last waiter's place lapses (one watchdog
-// timeout of its Client after its last re-check), and the state (limit, used
-// permits, arrival counter) one second after both. With no process alive,
-// nothing is left after the longest lease or watchdog timeout plus a second.
+// even when the processes that used it crashed: the permits a second after
+// their last lease runs out, the queue when the last waiter's place lapses
+// (one watchdog timeout of its Client after its last re-check), and the state
+// (limit, used permits, arrival counter) a few seconds after both (up to a
+// minute more when a longer lease was released early: expiries are moved only
+// when they must, not on every call). With no process alive, nothing is left
+// after the longest lease or watchdog timeout plus a few seconds.
 //
 // A limit set by TrySetLimit or SetLimit cannot be re-established that way, so
 // either of them makes the state permanent: it holds the limit for good
@@ -41,18 +43,45 @@
 // served strictly in that order: a request for many permits is never overtaken
 // by smaller requests that arrive after it, so it cannot starve. (The price:
 // while the request at the head does not fit, permits stay free for it rather
-// than going to smaller requests behind it.) A release wakes the waiter at the
-// head of the queue by name over pub/sub, and an acquisition that leaves
-// permits free wakes the next one, so a release of k permits wakes just as
-// many waiters as can proceed and no herd forms. A waiter also re-checks when
-// the earliest held permit expires, after a pub/sub reconnect, and at least
-// every third of the watchdog timeout, which keeps its place in the queue: a
-// waiter that stops doing so (its process died) loses its place after one
-// watchdog timeout.
+// than going to smaller requests behind it.)
 //
-// The limit can be changed at run time with SetLimit: raising it wakes waiters;
-// lowering it lets current holders finish, and new acquisitions wait until
-// enough permits are released.
+// Permits are handed over directly. The script that frees permits (a Release,
+// a waiter giving up, a raised limit, an acquisition that finds leases run
+// out) grants them in the same step to the waiters at the head of the queue
+// that fit: each holds its permits from that moment, with its own lease, and
+// is told so by one message on its own Client's grant channel. A release thus
+// reaches one process whatever the number of processes waiting, and the
+// waiter holds the permits without another round trip. The message proves
+// itself with a MAC keyed by a random secret that only the waiter (and readers
+// of the semaphore's keys) know: anyone may publish on the channel, but a
+// forged or garbled message grants nothing; at most it wakes the waiter, which
+// then asks Redis.
+//
+// A grant that reaches no subscriber means the waiter's process is gone: the
+// waiter is dropped from the queue and the next one served in the same step,
+// so a dead waiter holds nobody up. (A waiter whose Client's pub/sub
+// connection is down at that moment is dropped the same way; it queues again,
+// at the back, when it re-checks after the reconnect.) A grant message that is
+// lost on the way costs at most a wait for the waiter's next re-check, which
+// finds the permits granted: a waiter re-checks when the earliest held permit
+// expires (as its last check saw it), after a pub/sub reconnect, and at least
+// every third of the watchdog timeout. That also keeps its place in the
+// queue: a waiter that stops re-checking (its process paused, or cut off from
+// Redis while its connections stay open) loses its place after one watchdog
+// timeout or, when permits reach it first, holds them for one lease, like a
+// crashed holder.
+//
+// A blocking Acquire whose Client waits on the semaphore already, or did
+// within the pub/sub linger (WithPubSub, 250ms by default: the semaphore is
+// contended), takes the permits or queues in a single script; otherwise it
+// first tries once without queueing, so that an uncontended Acquire costs one
+// script and no subscription. A Release is one script, and an acquisition by
+// hand-off costs the waiter no script at all.
+//
+// The limit can be changed at run time with SetLimit: raising it hands the
+// new permits to the waiters at the head; lowering it lets current holders
+// finish, new acquisitions wait until enough permits are released, and a
+// waiter that asks for more than the new limit fails with ErrExceedsLimit.
 //
 // # Safety
 //

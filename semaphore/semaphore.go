@@ -156,10 +156,12 @@ func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) 
 	return st.changed, s.wrap("set limit", err)
 }
 
-// SetLimit changes the limit at run time. Raising it wakes waiters that now
-// fit; lowering it below the permits held lets the holders finish, and new
-// acquisitions wait until enough permits are released. The limit is then
-// permanent in Redis, as with TrySetLimit, and overrides WithLimit.
+// SetLimit changes the limit at run time. Raising it hands the new permits to
+// the waiters at the head of the queue that now fit; lowering it below the
+// permits held lets the holders finish, new acquisitions wait until enough
+// permits are released, and waiters asking for more than the new limit fail
+// with ErrExceedsLimit. The limit is then permanent in Redis, as with
+// TrySetLimit, and overrides WithLimit.
 func (s *Semaphore) SetLimit(ctx context.Context, limit int64) error {
 	if err := s.usable(); err != nil {
 		return err

@@ -35,13 +35,15 @@
 -- pub/sub connection closed, its process dead): the entry is dropped, nothing is
 -- granted to it, and the next waiter is served in the same script.
 --
--- Expiry: every key expires by itself once what it holds has run out. The
--- permits zset and counts hash carry the expiry pexp, kept at or after their
--- last lease (raised a second beyond what is needed when it must move, so that
--- a busy semaphore raises it about once a second, not on every grant); the
--- queue and deadline zsets expire with their last deadline; the state hash, unless
--- its limit was set by hand, expires SEM_IDLE_MS after all of them (sexp).
--- Emptied zsets and hashes disappear at once (Redis deletes them).
+-- Expiry: every key expires by itself once what it holds has run out, and
+-- scripts set expiries only when they must move, not on every call. The
+-- permits zset and counts hash expire at pexp, kept past their last lease
+-- (when it must move, it is set SEM_SLACK_MS beyond, so that a busy semaphore
+-- moves it about once a second rather than on every grant); the queue and
+-- deadline zsets expire with their last deadline; the state hash, unless its
+-- limit was set by hand, at sexp: SEM_IDLE_MS past both (plus the slack), or up
+-- to SEM_SHRINK_MS more after a longer lease ended early. Emptied zsets and
+-- hashes disappear at once (Redis deletes them).
 
 -- How long the state hash of a semaphore with an auto limit outlives its last
 -- lease and waiter deadline (sem_renew.lua repeats the value).
@@ -49,8 +51,10 @@ local SEM_IDLE_MS = 1000
 -- How far beyond what is needed pexp and sexp are set when they must move.
 local SEM_SLACK_MS = 1000
 -- sexp is brought down again when it lies this far beyond what is needed (a
--- long lease ended).
-local SEM_SHRINK_MS = 10000
+-- lease longer than this ended early): far enough that a semaphore used with
+-- watchdog leases (30s) does not move it down and up again on every release
+-- that leaves it idle and every acquisition that follows.
+local SEM_SHRINK_MS = 60000
 -- Bounds the waiters one script serves or drops, so that no script runs long.
 local SEM_HANDOFF_MAX = 100
 
