@@ -24,7 +24,7 @@ const ProbeName = "probe"
 func Probe(ctx context.Context, rc rueidis.Client, prefix string) (denied []string, refusal error) {
 	base := Base(prefix, ProbeName)
 	keys := []string{base, base + ":sem"}
-	channels := []string{base + ":unlock", base + ":sem:wake", GrantChannel(base, "probe"), GrantChannel(base+":sem", "probe")}
+	channels := []string{base + ":unlock", GrantChannel(base, "probe"), GrantChannel(base+":sem", "probe")}
 	names, err := lua.Probe.Exec(ctx, rc, keys, channels).AsStrSlice()
 	if err == nil {
 		return names, nil
