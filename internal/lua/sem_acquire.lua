@@ -70,6 +70,7 @@ local function leave()
 end
 
 if not fresh then
+  -- An id that holds is not queued: the hand-off or the take dequeued it.
   local held = redis.call('HGET', KEYS[3], id)
   if held then
     local at = now + lease

@@ -82,7 +82,7 @@ local function sem_load()
     pexp = tonumber(v[4]),
     sexp = tonumber(v[5]),
   }
-  st.used0, st.pexp0, st.limit0 = st.used, st.pexp, st.limit
+  st.used0, st.pexp0 = st.used, st.pexp
   -- pinned: the permits zset is known to hold a member whatever used says
   -- (the release's own, removed after the hand-off).
   st.pinned = false
@@ -102,7 +102,6 @@ local function sem_establish(limit)
   if limit ~= '' and not st.limit then
     st.limit, st.auto, st.exists = tonumber(limit), true, true
     redis.call('HSET', KEYS[1], 'limit', limit, 'auto', 1)
-    st.limit0 = st.limit
   end
 end
 
