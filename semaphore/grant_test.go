@@ -5,6 +5,7 @@ package semaphore_test
 // grant channel with a message that proves itself.
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -261,11 +262,21 @@ func TestHandoffRunsNoWaiterScript(t *testing.T) {
 	// Scripts are loaded (a first EVALSHA fails with NOSCRIPT, and EVAL follows).
 	mustRelease(t, holder, mustAcquire(t, holder, e.ctx, 1))
 	held := mustAcquire(t, holder, e.ctx, 1)
-	// An earlier wait of the waiter's Client, given up.
-	if _, err := waiter.Acquire(e.ctx, 1, semaphore.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, semaphore.ErrNoPermits) {
-		t.Fatalf("warm-up Acquire: err = %v, want ErrNoPermits", err)
+	// An earlier wait of the waiter's Client, given up once it was queued
+	// (and so subscribed).
+	warmCtx, cancelWarm := context.WithCancel(e.ctx)
+	warm := goAcquire(waiter, warmCtx, 1)
+	waitFor(t, 5*time.Second, "the warm-up waiter queued", func() bool { return e.queueLen(name) == 1 })
+	cancelWarm()
+	if r := receiveErr(t, warm, 5*time.Second, "warm-up waiter"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("warm-up Acquire: err = %v, want context.Canceled", r.err)
 	}
-	waitFor(t, 5*time.Second, "the warm-up waiter gone", func() bool { return e.queueLen(name) == 0 })
+	if n := e.queueLen(name); n != 0 {
+		t.Fatalf("queue after the warm-up waiter gave up: %d entries, want none", n)
+	}
+	if n := e.numSub(semaphore.GrantChannel(waiter)); n != 1 {
+		t.Fatalf("subscribers of the waiter's grant channel after its wait = %d, want 1 (it lingers)", n)
+	}
 
 	e.resetStats()
 	ch := goAcquire(waiter, e.ctx, 1)
