@@ -173,8 +173,9 @@ func (e *env) queueLen(name string) int64 {
 // 8 processes) behind a holder and lets the permit go down the queue, each
 // waiter releasing as soon as it holds: every hand-off must reach exactly one
 // Client, the next holder's, whatever the number of Clients waiting. Messages
-// are counted where each Client's pub/sub connection receives them, and
-// checked against Redis's own counts of PUBLISH calls and of subscribers.
+// are counted where each Client's pub/sub connection receives them (and by
+// each multiplexer's own statistics), and checked against Redis's own counts
+// of PUBLISH calls and of subscribers per channel.
 func TestOneDeliveryPerHandoff(t *testing.T) {
 	e := ownedEnv(t)
 	const (
@@ -187,11 +188,14 @@ func TestOneDeliveryPerHandoff(t *testing.T) {
 		t.Fatalf("Lock: %v", err)
 	}
 	var recs []*deliveries
+	var muxes []*pubsub.Multiplexer
 	done := make(chan error, clients)
 	for i := range clients {
 		// A long linger keeps every subscription until the count is done.
 		c, rec := e.countedClient(rlock.WithPubSub(pubsub.WithLinger(time.Minute)))
 		recs = append(recs, rec)
+		cc, _ := core.Of(c)
+		muxes = append(muxes, cc.Mux)
 		l := semaphore.NewLock(c, name)
 		go func() {
 			lockCtx, err := l.Lock(e.ctx)
@@ -208,10 +212,11 @@ func TestOneDeliveryPerHandoff(t *testing.T) {
 		}
 	}
 	e.flush(recs)
-	before := 0
-	for _, rec := range recs {
-		m, _ := rec.count()
+	before, muxBefore := 0, int64(0)
+	for i, rec := range recs {
+		m, f := rec.count()
 		before += m
+		muxBefore += muxes[i].Stats().Messages - int64(f)
 	}
 	e.resetStats()
 
@@ -230,10 +235,14 @@ func TestOneDeliveryPerHandoff(t *testing.T) {
 	}
 	stats := e.commandStats()
 	e.flush(recs)
-	delivered := -before
-	for _, rec := range recs {
-		m, _ := rec.count()
+	delivered, muxDelivered := -before, -muxBefore
+	for i, rec := range recs {
+		m, f := rec.count()
 		delivered += m
+		muxDelivered += muxes[i].Stats().Messages - int64(f)
+	}
+	if muxDelivered != int64(delivered) {
+		t.Errorf("the multiplexers counted %d messages, their connections %d", muxDelivered, delivered)
 	}
 	// The holder's release and those of the first 7 waiters hand the permit
 	// on; the last waiter's finds nobody queued.
