@@ -13,7 +13,9 @@ import (
 // The blocked point: the bench process takes a lock with a client of the
 // contender and keeps it; K waiters, each a client with one goroutine in its
 // own worker process, call Lock on it and stay blocked. After blockedSettle
-// (their first attempt, subscription and queueing done) the window opens:
+// (their first attempt, subscription and queueing done, and every idle
+// connection past the 1s after which rueidis starts its keep-alive PINGs) the
+// window opens:
 // the INFO commandstats delta over the window, divided by K and by its
 // length, is what a blocked waiter costs Redis per second. PING (rueidis's
 // keep-alive on idle connections) is reported apart from everything else.
@@ -22,8 +24,11 @@ import (
 // send no PINGs (newRawClient) and their INFO is left out. Then the holder
 // unlocks and the waiters take the lock in turn, each once.
 
-// blockedSettle is how long the waiters get to block before the window.
-const blockedSettle = 500 * time.Millisecond
+// blockedSettle is how long the waiters get to block before the window: a
+// rueidis connection PINGs at the first tick of its 1s keep-alive timer that
+// saw no traffic for a whole tick, so 2s after the waiters' last command
+// every idle connection is in its steady state.
+const blockedSettle = 2 * time.Second
 
 // runBlocked runs contender c at the blocked point pt.
 func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int) (Result, error) {
@@ -62,9 +67,6 @@ func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int
 	if holder, err = c.Open(ctx, OpenEnv{Addr: b.addr, Prefix: prefix, Requests: new(measure.Requests)}); err != nil {
 		return fail(fmt.Errorf("holder: open: %w", err))
 	}
-	if held, err = holder.Lock(holdCtx, lockName(0)); err != nil {
-		return fail(fmt.Errorf("holder: lock: %w", err))
-	}
 	counterFile, err := newCounterFile(pt.Locks)
 	if err != nil {
 		return fail(err)
@@ -96,6 +98,11 @@ func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int
 	}
 	if err := recvAll(ctx, ws, "ready", time.Minute); err != nil {
 		return fail(err)
+	}
+	// Taken only now, so that the hold (settle + window) stays short of
+	// redsync's 8s expiry.
+	if held, err = holder.Lock(holdCtx, lockName(0)); err != nil {
+		return fail(fmt.Errorf("holder: lock: %w", err))
 	}
 	for _, w := range ws {
 		if err := w.send(toWorker{Cmd: "go"}); err != nil {

@@ -37,6 +37,10 @@ type PubSubFloor struct {
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
 	Max   float64 `json:"max_ms"`
+	// The PUBLISH calls' own round trips (call to reply, in the publisher),
+	// for comparison with the delivery.
+	PublishP50 float64 `json:"publish_rtt_p50_ms"`
+	PublishP99 float64 `json:"publish_rtt_p99_ms"`
 }
 
 // subscriber is the worker side of the probe.
@@ -134,13 +138,17 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int) (PubSubFloor, err
 		return fail(err)
 	}
 	sent := make([]int64, n)
+	rtts := make([]int64, n)
 	for i := range n {
 		time.Sleep(floorIdleMin + rand.N(floorIdleMax-floorIdleMin))
 		sent[i] = mono()
 		if err := pub.Do(ctx, pub.B().Publish().Channel(channel).Message(strconv.Itoa(i)).Build()).Error(); err != nil {
 			return fail(fmt.Errorf("PUBLISH: %w", err))
 		}
+		rtts[i] = mono() - sent[i]
 	}
+	slices.Sort(rtts)
+	out.PublishP50, out.PublishP99 = ms(measure.Percentile(rtts, 0.5)), ms(measure.Percentile(rtts, 0.99))
 	var res WorkerResult
 	if err := recvEach(ctx, ws, "result", time.Minute, func(_ int, m fromWorker) { res = *m.Result }); err != nil {
 		return fail(err)

@@ -151,7 +151,7 @@ func (r *Report) printFloorComparison(w io.Writer) {
 // printIssueSummary prints the figures issue #10 is stated against.
 func (r *Report) printIssueSummary(w io.Writer) {
 	fmt.Fprintln(w, "\nSummary (issue #10; medians over the rounds; best peer = fastest peer that did not fail there, cheapest = least Redis CPU per acquisition):")
-	rows := [][]string{{"point", "rlock acq/s", "best peer", "acq/s", "rlock x", "sem x", "rlock jain", "cmd/acq rlock", "cheapest", "cpu/1k rlock", "cheapest"}}
+	rows := [][]string{{"point", "rlock acq/s", "best peer", "acq/s", "rlock x", "sem x", "rlock jain", "cmd/acq rlock", "fewest peer", "cpu/1k rlock", "cheapest peer"}}
 	for _, p := range r.Points {
 		if p.Scenario != "fleet" && p.Scenario != "fleet-inproc" && p.Scenario != "handoff-xproc" {
 			continue
