@@ -64,6 +64,10 @@ func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int
 		return Result{}, fmt.Errorf("%s at %s: %w", c.Slug, pt.Label, err)
 	}
 
+	baseConns, err := b.contenderConns(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	if holder, err = c.Open(ctx, OpenEnv{Addr: b.addr, Prefix: prefix, Requests: new(measure.Requests)}); err != nil {
 		return fail(fmt.Errorf("holder: open: %w", err))
 	}
@@ -112,6 +116,10 @@ func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int
 	if err := sleepCtx(ctx, blockedSettle); err != nil {
 		return fail(err)
 	}
+	conns, err := b.contenderConns(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	before, err := b.snapshot(ctx)
 	if err != nil {
 		return fail(err)
@@ -157,7 +165,8 @@ func (b *bench) runBlocked(ctx context.Context, pt Point, c Contender, round int
 	r.Round = round
 	r.Seconds = time.Since(began).Seconds()
 
-	bc := &BlockedCost{Waiters: pt.Goroutines, WindowS: float64(t1-t0) / 1e9, Commands: map[string]int64{}}
+	bc := &BlockedCost{Waiters: pt.Goroutines, WindowS: float64(t1-t0) / 1e9, Commands: map[string]int64{},
+		ConnsPerClient: float64(conns-baseConns) / float64(pt.Clients()+1)}
 	var ping, other int64
 	for name, n := range d.commands {
 		switch name {

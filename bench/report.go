@@ -206,11 +206,11 @@ func (r *Report) printTable(w io.Writer) {
 // second over the window.
 func (r *Report) printBlocked(w io.Writer, p PointReport) {
 	fmt.Fprintf(w, "Redis commands per blocked waiter per second over the window (INFO commandstats; the holder's commands included), PING apart:\n")
-	rows := [][]string{{"contender", "window", "cmd/waiter/s", "PING/waiter/s", "all/waiter/s", "commands in the windows (summed over rounds, PING included)", "correctness"}}
+	rows := [][]string{{"contender", "window", "cmd/waiter/s", "PING/waiter/s", "all/waiter/s", "conns/client", "commands in the windows (summed over rounds, PING included)", "correctness"}}
 	for _, s := range p.Summary {
 		b := s.Blocked
 		if b == nil {
-			rows = append(rows, []string{r.name(s.Contender), "-", "-", "-", "-", "-", s.verdict()})
+			rows = append(rows, []string{r.name(s.Contender), "-", "-", "-", "-", "-", "-", s.verdict()})
 			continue
 		}
 		rows = append(rows, []string{
@@ -219,6 +219,7 @@ func (r *Report) printBlocked(w io.Writer, p PointReport) {
 			fmt.Sprintf("%.3f", b.CmdPerWaiterS),
 			fmt.Sprintf("%.3f", b.PingPerWaiterS),
 			fmt.Sprintf("%.3f", b.CmdPerWaiterS+b.PingPerWaiterS),
+			fmt.Sprintf("%.1f", b.ConnsPerClient),
 			topCommands(b.Commands, 4),
 			s.verdict(),
 		})

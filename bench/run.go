@@ -32,9 +32,29 @@ type bench struct {
 // bench's idle connections would add their PINGs to the server-side counts of
 // every run (one per worker process per second) and to the blocked point's.
 func newRawClient(addr string) (rueidis.Client, error) {
-	opt := rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true}
+	opt := rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true, ClientName: benchClientName}
 	opt.Dialer.KeepAlive = -1 // no background PING (and no TCP keep-alive: loopback)
 	return rueidis.NewClient(opt)
+}
+
+// benchClientName names the bench's own connections (CLIENT SETNAME), so
+// that connection counts can leave them out.
+const benchClientName = "relock-bench"
+
+// contenderConns counts the server's connections that are not the bench's
+// own (CLIENT LIST).
+func (b *bench) contenderConns(ctx context.Context) (int, error) {
+	text, err := b.raw.Do(ctx, b.raw.B().ClientList().Build()).ToString()
+	if err != nil {
+		return 0, fmt.Errorf("CLIENT LIST: %w", err)
+	}
+	n := 0
+	for line := range strings.Lines(text) {
+		if strings.TrimSpace(line) != "" && !strings.Contains(line, " name="+benchClientName+" ") {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // snapshot is INFO commandstats and cpu at one moment.

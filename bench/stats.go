@@ -123,11 +123,16 @@ type Result struct {
 
 // BlockedCost is what K waiters blocked on a held lock cost Redis.
 type BlockedCost struct {
-	Waiters        int              `json:"waiters"`
-	WindowS        float64          `json:"window_s"`
-	PingPerWaiterS float64          `json:"ping_per_waiter_s"`
-	CmdPerWaiterS  float64          `json:"other_commands_per_waiter_s"` // everything but PING
-	Commands       map[string]int64 `json:"redis_commands"`              // the window's INFO commandstats delta
+	Waiters        int     `json:"waiters"`
+	WindowS        float64 `json:"window_s"`
+	PingPerWaiterS float64 `json:"ping_per_waiter_s"`
+	CmdPerWaiterS  float64 `json:"other_commands_per_waiter_s"` // everything but PING
+	// ConnsPerClient is the contender's connections to Redis at the start
+	// of the window (CLIENT LIST, less those there before the run), per
+	// client (the K waiters' and the holder's): rueidis PINGs each idle one
+	// about once a second.
+	ConnsPerClient float64          `json:"connections_per_client"`
+	Commands       map[string]int64 `json:"redis_commands"` // the window's INFO commandstats delta
 	// Early counts waiters that got the lock before the holder's Unlock:
 	// the hold was lost (a lease ran out) or exclusion broke.
 	Early int `json:"acquired_before_release"`
@@ -367,6 +372,7 @@ func median(rs []Result) Result {
 			WindowS:        medB(func(b *BlockedCost) float64 { return b.WindowS }),
 			PingPerWaiterS: medB(func(b *BlockedCost) float64 { return b.PingPerWaiterS }),
 			CmdPerWaiterS:  medB(func(b *BlockedCost) float64 { return b.CmdPerWaiterS }),
+			ConnsPerClient: medB(func(b *BlockedCost) float64 { return b.ConnsPerClient }),
 			Commands:       map[string]int64{},
 		}
 		for _, b := range blocked {
