@@ -30,6 +30,9 @@ type Point struct {
 // Clients and goroutines, and whether hand-offs between Clients cross
 // processes.
 func (p Point) Config() string {
+	if p.Scenario == "blocked" {
+		return fmt.Sprintf("%d waiters, one client and one goroutine each in its own process; the holder: a client in the bench process", p.Goroutines)
+	}
 	s := fmt.Sprintf("%d process(es), %d client(s), %d goroutines, %d lock(s)", p.Workers, p.Clients(), p.Goroutines, p.Locks)
 	switch {
 	case p.Clients() < 2:
