@@ -53,6 +53,7 @@ type config struct {
 	manyLocks   int
 	manyWaiters int
 	holds       []time.Duration
+	inprocHolds []time.Duration
 	pings       int
 	fleetProcs  int
 	handoffDur  time.Duration
@@ -74,7 +75,7 @@ func main() {
 
 func run() int {
 	var cfg config
-	var contenders, scenarios, hotClients, holds, knownStuck string
+	var contenders, scenarios, hotClients, holds, inprocHolds, knownStuck string
 	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about 3 minutes); explicit flags still win")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; every contender runs every point once per round, and the report gives medians")
 	flag.DurationVar(&cfg.duration, "duration", time.Second, "how long each run starts Lock calls; waits open at the end drain")
@@ -88,12 +89,13 @@ func run() int {
 	flag.IntVar(&cfg.hotG, "hot-goroutines", 64, "goroutines in all in the hot-lock scenario")
 	flag.IntVar(&cfg.manyLocks, "many-locks", 1000, "locks in the many-locks scenario")
 	flag.IntVar(&cfg.manyWaiters, "many-waiters", 10, "goroutines per lock in the many-locks scenario")
-	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter increment)")
+	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter increment) of hot, many, handoff and fleet")
+	flag.StringVar(&inprocHolds, "fleet-inproc-holds", "0", "critical-section lengths of fleet-inproc (hold 1ms left out by default to keep the run under 14 minutes)")
 	flag.IntVar(&cfg.pings, "pings", 2000, "sequential PINGs measuring the loopback floor each round")
 	flag.IntVar(&cfg.fleetProcs, "fleet-procs", 16, "fleet scenario: worker processes with one Client and one goroutine each; fleet-inproc: Clients with one goroutine each in one process")
-	flag.DurationVar(&cfg.handoffDur, "handoff-duration", 2*time.Second, "length of the handoff-xproc runs (holds of 10-20ms: about 65 hand-offs a second)")
+	flag.DurationVar(&cfg.handoffDur, "handoff-duration", 1500*time.Millisecond, "length of the handoff-xproc runs (holds of 10-20ms: about 60 hand-offs a second)")
 	flag.IntVar(&cfg.blockedK, "blocked-waiters", 16, "blocked scenario: waiters, each one Client with one goroutine in its own worker process")
-	flag.DurationVar(&cfg.blockedWin, "blocked-window", 2*time.Second, "blocked scenario: the measurement window while every waiter is blocked, after 2s of settling (at most 5s: redsync's lock expires after 8s)")
+	flag.DurationVar(&cfg.blockedWin, "blocked-window", 1500*time.Millisecond, "blocked scenario: the measurement window while every waiter is blocked, after 2s of settling (at most 5s: redsync's lock expires after 8s)")
 	flag.IntVar(&cfg.floorMsgs, "floor-msgs", 200, "pub/sub floor probe: messages each round, one every 10-20ms")
 	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
@@ -134,6 +136,9 @@ func run() int {
 	}
 	if err == nil {
 		cfg.holds, err = parseDurations(holds)
+	}
+	if err == nil {
+		cfg.inprocHolds, err = parseDurations(inprocHolds)
 	}
 	cfg.knownStuck = splitList(knownStuck)
 	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
@@ -335,7 +340,11 @@ func buildPoints(cfg config) []Point {
 				Workers: cfg.blockedK, ClientsPerWorker: 1, Goroutines: cfg.blockedK, Locks: 1, Window: cfg.blockedWin})
 			continue
 		}
-		for _, hold := range cfg.holds {
+		holds := cfg.holds
+		if sc == "fleet-inproc" {
+			holds = cfg.inprocHolds
+		}
+		for _, hold := range holds {
 			h := "hold " + fmtHold(hold)
 			switch sc {
 			case "hot":

@@ -78,7 +78,7 @@ func newReport(cfg config, points []Point, cs []Contender) *Report {
 		Settings: map[string]any{
 			"quick": cfg.quick, "rounds": cfg.rounds, "duration": cfg.duration.String(), "wait": cfg.wait.String(),
 			"stuck_after": cfg.stuckAfter.String(), "drain_limit": cfg.drainLimit.String(), "pings": cfg.pings,
-			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "handoff_duration": cfg.handoffDur.String(),
+			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "holds": fmt.Sprint(cfg.holds), "fleet_inproc_holds": fmt.Sprint(cfg.inprocHolds), "handoff_duration": cfg.handoffDur.String(),
 			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs,
 		},
 		Figures: figures,
