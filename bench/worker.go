@@ -92,17 +92,17 @@ type jobRunner interface {
 func openJob(ctx context.Context, job Job) (jobRunner, error) {
 	switch job.Mode {
 	case "":
-		if l, err := openLoad(ctx, job); err == nil {
-			return l, nil
-		} else {
-			return nil, err
+		l, err := openLoad(ctx, job)
+		if err != nil {
+			return nil, err // not a nil *load in an interface
 		}
+		return l, nil
 	case "subscribe":
-		if s, err := openSubscriber(ctx, job); err == nil {
-			return s, nil
-		} else {
+		s, err := openSubscriber(ctx, job)
+		if err != nil {
 			return nil, err
 		}
+		return s, nil
 	}
 	return nil, fmt.Errorf("unknown job mode %q", job.Mode)
 }
