@@ -16,6 +16,9 @@ import (
 const (
 	goalHandoffP50 = 1.2
 	goalHandoffP99 = 3.0
+	// minHandoffSamples is the fewest hand-offs (median over the rounds) a
+	// peer needs to be named the fastest-handing peer of the summary.
+	minHandoffSamples = 20
 )
 
 func isOwn(slug string) bool { return slug == "rlock" || slug == "semaphore" }
@@ -190,12 +193,12 @@ func (r *Report) printIssueSummary(w io.Writer) {
 					parts = append(parts, fmt.Sprintf("%s %s (%.2fx) / %s (%.2fx)", r.name(s.Contender),
 						fmtMs(s.XHandoffP50), ratio(s.XHandoffP50, f50), fmtMs(s.XHandoffP99), ratio(s.XHandoffP99, f99)))
 				}
-			} else if !s.failed() && s.XHandoffN > 0 && (bestPeer == nil || s.XHandoffP50 < bestPeer.XHandoffP50) {
+			} else if !s.failed() && s.XHandoffN >= minHandoffSamples && (bestPeer == nil || s.XHandoffP50 < bestPeer.XHandoffP50) {
 				bestPeer = s
 			}
 		}
 		if bestPeer != nil {
-			parts = append(parts, fmt.Sprintf("best peer %s %s (%.2fx) / %s (%.2fx)", r.name(bestPeer.Contender),
+			parts = append(parts, fmt.Sprintf("fastest-handing peer %s %s (%.2fx) / %s (%.2fx)", r.name(bestPeer.Contender),
 				fmtMs(bestPeer.XHandoffP50), ratio(bestPeer.XHandoffP50, f50), fmtMs(bestPeer.XHandoffP99), ratio(bestPeer.XHandoffP99, f99)))
 		}
 		fmt.Fprintf(w, " %s; goal rlock <= %.1fx / %.0fx\n", strings.Join(parts, "; "), goalHandoffP50, goalHandoffP99)
