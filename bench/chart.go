@@ -28,7 +28,7 @@ var (
 func (r *Report) writeChart(path string) error {
 	var plots [][]*plot.Plot
 	for _, p := range r.Points {
-		if len(p.Summary) == 0 {
+		if len(p.Summary) == 0 || p.Scenario == "blocked" {
 			continue
 		}
 		rate, err := r.barPlot(p, "acquisitions/s", func(s Result) float64 { return s.PerSecond }, "%.0f", colorRate, colorRateMine)

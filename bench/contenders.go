@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/relockio/relock/internal/measure"
+	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -59,6 +61,12 @@ type LockClient interface {
 // Held is one acquisition; Unlock releases it.
 type Held interface {
 	Unlock(ctx context.Context) error
+}
+
+// messageCounter is a LockClient that can tell how many pub/sub messages
+// its connections received (ok false when it cannot).
+type messageCounter interface {
+	MessagesReceived() (n int64, ok bool)
 }
 
 type heldFunc func(ctx context.Context) error
@@ -220,6 +228,26 @@ func (l *rlockClient) Lock(ctx context.Context, name string) (Held, error) {
 		return nil, err
 	}
 	return heldFunc(func(context.Context) error { return m.Unlock(lockCtx) }), nil
+}
+
+// MessagesReceived reads the messages counter of the Client's pub/sub
+// multiplexer, which the semaphore shares.
+func (l *rlockClient) MessagesReceived() (int64, bool) { return pubsubMessages(l.c) }
+
+// pubsubMessages returns c.PubSubStats().Messages. It looks both up at run
+// time, so that the bench builds against a relock that has neither (the
+// figure is then reported as not counted): the counter is a recent addition
+// to the library.
+func pubsubMessages(c any) (int64, bool) {
+	sc, ok := c.(interface{ PubSubStats() pubsub.Stats })
+	if !ok {
+		return 0, false
+	}
+	f := reflect.ValueOf(sc.PubSubStats()).FieldByName("Messages")
+	if !f.IsValid() || !f.CanInt() {
+		return 0, false
+	}
+	return f.Int(), true
 }
 
 func (l *rlockClient) Close() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,12 @@ import (
 
 // Job is one run of one contender in one worker process.
 type Job struct {
+	// Mode is "" for a lock load, or "subscribe" for the subscriber of the
+	// pub/sub floor probe (see floor.go), which uses Addr, Channel and
+	// Messages only.
+	Mode       string        `json:"mode,omitempty"`
+	Channel    string        `json:"channel,omitempty"`
+	Messages   int           `json:"messages,omitempty"`
 	Contender  string        `json:"contender"`
 	Addr       string        `json:"addr"`
 	Prefix     string        `json:"prefix"`
@@ -25,6 +32,8 @@ type Job struct {
 	FirstG     int           `json:"first_g"`    // global number of its first goroutine
 	Locks      int           `json:"locks"`      // goroutine g uses lock g % Locks
 	Hold       time.Duration `json:"hold"`       // critical section, besides the counter update
+	HoldMax    time.Duration `json:"hold_max"`   // > Hold: each critical section drawn uniformly from [Hold, HoldMax)
+	Once       bool          `json:"once"`       // each goroutine makes one Lock call (the blocked point)
 	Counters   string        `json:"counters"`   // the shared counter file (see shared.go)
 	Duration   time.Duration `json:"duration"`   // no Lock call starts after it
 	Wait       time.Duration `json:"wait"`       // bound of every Lock call
@@ -58,13 +67,20 @@ type Unfinished struct {
 
 // WorkerResult is what one worker measured in one run.
 type WorkerResult struct {
-	Worker      int              `json:"worker"`
-	Start       int64            `json:"start"`
-	Deadline    int64            `json:"deadline"`
-	End         int64            `json:"end"`
-	Records     []Record         `json:"records"`
-	Unfinished  []Unfinished     `json:"unfinished"`
-	Requests    map[string]int64 `json:"requests"`
+	Worker     int              `json:"worker"`
+	Start      int64            `json:"start"`
+	Deadline   int64            `json:"deadline"`
+	End        int64            `json:"end"`
+	Records    []Record         `json:"records"`
+	Unfinished []Unfinished     `json:"unfinished"`
+	Requests   map[string]int64 `json:"requests"`
+	// Messages is how many pub/sub messages the worker's lock clients
+	// received during the run, when they can tell (MessagesCounted).
+	Messages        int64 `json:"messages"`
+	MessagesCounted bool  `json:"messages_counted"`
+	// Receipts are the pub/sub floor probe's messages as received: the
+	// message's sequence number and the CLOCK_MONOTONIC ns of receipt.
+	Receipts    [][2]int64       `json:"receipts,omitempty"`
 	Probes      map[string]int64 `json:"probes"` // the monitor's commands, to leave out of the server's counts
 	Errors      int              `json:"errors"`
 	ErrorSample string           `json:"error_sample,omitempty"`
@@ -111,7 +127,7 @@ func openLoad(ctx context.Context, job Job) (*load, error) {
 	if l.ctrs, err = mapCounterFile(job.Counters, job.Locks); err != nil {
 		return nil, err
 	}
-	l.raw, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{job.Addr}, ForceSingleClient: true, DisableCache: true})
+	l.raw, err = newRawClient(job.Addr)
 	if err != nil {
 		l.ctrs.close()
 		return nil, err
@@ -139,6 +155,23 @@ func (l *load) close() {
 
 func lockName(i int) string { return "L" + strconv.Itoa(i) }
 
+// messages sums the pub/sub messages the clients received so far; ok is
+// false unless every client can tell.
+func (l *load) messages() (n int64, ok bool) {
+	for _, c := range l.clients {
+		mc, isCounter := c.(messageCounter)
+		if !isCounter {
+			return 0, false
+		}
+		m, counted := mc.MessagesReceived()
+		if !counted {
+			return 0, false
+		}
+		n += m
+	}
+	return n, len(l.clients) > 0
+}
+
 // run starts the goroutines, stops starting Lock calls after the job's
 // duration, and returns once every goroutine is done: the waits still open at
 // the deadline drain, and the monitor ends those that are stuck.
@@ -151,6 +184,7 @@ func (l *load) run() WorkerResult {
 	for i := range ctxs {
 		ctxs[i], l.cancels[i] = context.WithCancelCause(context.Background())
 	}
+	msgs0, counted := l.messages()
 	l.res = WorkerResult{Worker: j.Worker, Start: mono()}
 	l.res.Deadline = l.res.Start + int64(j.Duration)
 	done := make(chan struct{})
@@ -164,6 +198,9 @@ func (l *load) run() WorkerResult {
 		cancel(nil)
 	}
 	l.res.End = mono()
+	if msgs1, ok := l.messages(); ok && counted {
+		l.res.Messages, l.res.MessagesCounted = msgs1-msgs0, true
+	}
 	l.res.Requests = l.reqs.Snapshot()
 	l.res.Probes = l.probes
 	l.res.Errors = int(l.errors.Load())
@@ -184,7 +221,7 @@ func (l *load) goroutine(ctx context.Context, i int) {
 		l.res.Unfinished = append(l.res.Unfinished, unfinished...)
 		l.mu.Unlock()
 	}()
-	for mono() < l.res.Deadline && ctx.Err() == nil {
+	for first := true; (first || !j.Once) && mono() < l.res.Deadline && ctx.Err() == nil; first = false {
 		start := mono()
 		l.waiting[i].Store(1)
 		waitCtx, cancel := context.WithTimeout(ctx, j.Wait)
@@ -216,8 +253,11 @@ func (l *load) goroutine(ctx context.Context, i int) {
 		}
 		l.progress[lock].Store(acq)
 		l.ctrs.increment(lock)
-		if j.Hold > 0 {
-			time.Sleep(j.Hold) // the critical section: this is the workload
+		if hold := j.Hold; hold > 0 || j.HoldMax > 0 {
+			if j.HoldMax > hold {
+				hold += rand.N(j.HoldMax - hold)
+			}
+			time.Sleep(hold) // the critical section: this is the workload
 		}
 		rel := mono()
 		l.unlock(held)

@@ -11,7 +11,7 @@
 //
 // Usage (from bench/):
 //
-//	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff]
+//	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff-xproc,fleet,fleet-inproc,blocked]
 //
 // It writes results/results.json and results/chart.png, and exits 1 when a
 // contender lost a counter update, let two holders overlap, left a waiter
@@ -35,8 +35,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relockio/relock/internal/redistest"
 )
 
@@ -55,7 +53,13 @@ type config struct {
 	manyLocks   int
 	manyWaiters int
 	holds       []time.Duration
+	inprocHolds []time.Duration
 	pings       int
+	fleetProcs  int
+	handoffDur  time.Duration
+	blockedK    int
+	blockedWin  time.Duration
+	floorMsgs   int
 	out         string
 	knownStuck  []string
 }
@@ -71,8 +75,8 @@ func main() {
 
 func run() int {
 	var cfg config
-	var contenders, scenarios, hotClients, holds, knownStuck string
-	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about a minute); explicit flags still win")
+	var contenders, scenarios, hotClients, holds, inprocHolds, knownStuck string
+	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about 3 minutes); explicit flags still win")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; every contender runs every point once per round, and the report gives medians")
 	flag.DurationVar(&cfg.duration, "duration", time.Second, "how long each run starts Lock calls; waits open at the end drain")
 	flag.Float64Var(&cfg.manyFactor, "many-factor", 2, "the many-locks runs last this many times -duration (10,000 goroutines take a while to get going)")
@@ -80,13 +84,19 @@ func run() int {
 	flag.DurationVar(&cfg.stuckAfter, "stuck-after", time.Second, "after the run, a waiter whose lock stayed free (probed every 50ms) this long while nobody took it is stuck")
 	flag.DurationVar(&cfg.drainLimit, "drain-limit", 3*time.Second, "after the run, waits still open this long are cut (reported, not a failure)")
 	flag.StringVar(&contenders, "contenders", "", "comma-separated contender slugs (default: all)")
-	flag.StringVar(&scenarios, "scenarios", "hot,many,handoff", "comma-separated scenarios: hot, many, handoff")
+	flag.StringVar(&scenarios, "scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ", "))
 	flag.StringVar(&hotClients, "hot-clients", "1,4,16", "client counts of the hot-lock scenario, each client its own process")
 	flag.IntVar(&cfg.hotG, "hot-goroutines", 64, "goroutines in all in the hot-lock scenario")
 	flag.IntVar(&cfg.manyLocks, "many-locks", 1000, "locks in the many-locks scenario")
 	flag.IntVar(&cfg.manyWaiters, "many-waiters", 10, "goroutines per lock in the many-locks scenario")
-	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter increment)")
+	flag.StringVar(&holds, "holds", "0,1ms", "critical-section lengths (besides the counter increment) of hot, many, handoff and fleet")
+	flag.StringVar(&inprocHolds, "fleet-inproc-holds", "0", "critical-section lengths of fleet-inproc (hold 1ms left out by default to keep the run under 14 minutes)")
 	flag.IntVar(&cfg.pings, "pings", 2000, "sequential PINGs measuring the loopback floor each round")
+	flag.IntVar(&cfg.fleetProcs, "fleet-procs", 16, "fleet scenario: worker processes with one Client and one goroutine each; fleet-inproc: Clients with one goroutine each in one process")
+	flag.DurationVar(&cfg.handoffDur, "handoff-duration", 1500*time.Millisecond, "length of the handoff-xproc runs (holds of 10-20ms: about 60 hand-offs a second)")
+	flag.IntVar(&cfg.blockedK, "blocked-waiters", 16, "blocked scenario: waiters, each one Client with one goroutine in its own worker process")
+	flag.DurationVar(&cfg.blockedWin, "blocked-window", 1500*time.Millisecond, "blocked scenario: the measurement window while every waiter is blocked, after 2s of settling (at most 5s: redsync's lock expires after 8s)")
+	flag.IntVar(&cfg.floorMsgs, "floor-msgs", 200, "pub/sub floor probe: messages each round, one every 10-20ms")
 	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
 	flag.Bool("worker", false, "internal: serve jobs on stdin (the bench starts its workers so)")
@@ -107,6 +117,15 @@ func run() int {
 		if !set["pings"] {
 			cfg.pings = 500
 		}
+		if !set["handoff-duration"] {
+			cfg.handoffDur = time.Second
+		}
+		if !set["blocked-window"] {
+			cfg.blockedWin = time.Second
+		}
+		if !set["floor-msgs"] {
+			cfg.floorMsgs = 100
+		}
 	}
 	var err error
 	if cfg.contenders, err = pickContenders(contenders); err == nil {
@@ -118,10 +137,17 @@ func run() int {
 	if err == nil {
 		cfg.holds, err = parseDurations(holds)
 	}
+	if err == nil {
+		cfg.inprocHolds, err = parseDurations(inprocHolds)
+	}
 	cfg.knownStuck = splitList(knownStuck)
 	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
-		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1) {
-		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters and -pings must be positive")
+		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1 ||
+		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1) {
+		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window and -floor-msgs must be positive")
+	}
+	if err == nil && cfg.blockedWin > maxBlockedWindow {
+		err = fmt.Errorf("-blocked-window must be at most %v: the hold (2s settling + the window) must end before redsync's lock expires (8s)", maxBlockedWindow)
 	}
 	if err == nil && cfg.stuckAfter >= cfg.drainLimit {
 		err = errors.New("-stuck-after must be shorter than -drain-limit, or stuck waiters would be reported as cut")
@@ -156,7 +182,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		return nil, false, err
 	}
 	defer srv.Close()
-	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true, DisableCache: true})
+	raw, err := newRawClient(srv.Addr())
 	if err != nil {
 		return nil, false, err
 	}
@@ -188,8 +214,8 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 	fmt.Printf("redis %s at %s (%s); %d CPUs, %s\n", rep.Server["redis_version"], srv.Addr(), rep.Server["source"], runtime.NumCPU(), runtime.Version())
 	rep.Module = moduleState()
 	fmt.Printf("relock %s\n", rep.Module)
-	fmt.Printf("%d rounds x %d points x %d contenders, runs of %v (many-locks %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
-		cfg.rounds, len(points), len(cs), cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.wait, cfg.stuckAfter, cfg.drainLimit)
+	fmt.Printf("%d rounds x %d points x %d contenders, runs of %v (many-locks %v, handoff-xproc %v, blocked window %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
+		cfg.rounds, len(points), len(cs), cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.handoffDur, cfg.blockedWin, cfg.wait, cfg.stuckAfter, cfg.drainLimit)
 
 	total := cfg.rounds * len(points) * len(cs)
 	n := 0
@@ -200,7 +226,17 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			return nil, false, err
 		}
 		rep.Pings = append(rep.Pings, PingFloor{Round: round, P50: p50, P99: p99})
-		fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99))
+		fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		} else {
+			rep.PubSub = append(rep.PubSub, fl)
+		}
+		fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; pub/sub floor p50 %s, p99 %s (%d messages, %d lost; PUBLISH round trip p50 %s, p99 %s)\n",
+			round, cfg.rounds, fmtMs(p50), fmtMs(p99), fmtMs(fl.P50), fmtMs(fl.P99), fl.Sent, fl.Lost, fmtMs(fl.PublishP50), fmtMs(fl.PublishP99))
 		for pi, pt := range points {
 			// Rotate the order every point and round, so that no contender
 			// always runs first (cold) or right after a heavy one.
@@ -217,6 +253,11 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 					r = Result{Contender: c.Slug, Round: round, Errors: 1, ErrorMsg: err.Error()}
 				}
 				rep.add(pi, r)
+				if b := r.Blocked; b != nil {
+					fmt.Printf("[%3d/%d %5.0fs] %-22s %-17s %8.3f cmd + %.3f PING per blocked waiter per second  %s\n",
+						n, total, time.Since(start).Seconds(), pt.Label, c.Name, b.CmdPerWaiterS, b.PingPerWaiterS, r.verdict())
+					continue
+				}
 				fmt.Printf("[%3d/%d %5.0fs] %-22s %-17s %8.0f acq/s  wait p99 %8s  %5.1f req/acq  %s\n",
 					n, total, time.Since(start).Seconds(), pt.Label, c.Name, r.PerSecond, fmtMs(r.WaitP99), r.RequestsPerAcq, r.verdict())
 			}
@@ -259,10 +300,51 @@ func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err err
 	return srv, false, nil
 }
 
+// allScenarios are the scenarios; defaultScenarios those of a run without
+// -scenarios (handoff, the in-process hand-off point, is left out to keep
+// the default run under 14 minutes: fleet-inproc and handoff-xproc cover
+// hand-offs between Clients in one process and between processes).
+var (
+	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
+	defaultScenarios = []string{"hot", "many", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
+)
+
+// maxBlockedWindow keeps the blocked point's hold (blockedSettle + the
+// window + a margin) inside redsync's 8s expiry.
+const maxBlockedWindow = 5 * time.Second
+
+// The handoff-xproc point: 4 worker processes, one Client and one goroutine
+// each, holds drawn from 10-20ms: every hand-off crosses processes (with 2
+// goroutines per Client, as in the in-process handoff point, most of
+// rlock's hand-offs would be local passes, a few cross-process samples a
+// second).
+const (
+	xhandoffProcs   = 4
+	xhandoffPerProc = 1
+	xhandoffHoldMin = 10 * time.Millisecond
+	xhandoffHoldMax = 20 * time.Millisecond
+)
+
 func buildPoints(cfg config) []Point {
 	var pts []Point
 	for _, sc := range cfg.scenarios {
-		for _, hold := range cfg.holds {
+		switch sc {
+		case "handoff-xproc":
+			pts = append(pts, Point{Scenario: sc,
+				Label:   fmt.Sprintf("handoff-xproc %dp/%dg hold %v-%v", xhandoffProcs, xhandoffProcs*xhandoffPerProc, xhandoffHoldMin, xhandoffHoldMax),
+				Workers: xhandoffProcs, ClientsPerWorker: 1, Goroutines: xhandoffProcs * xhandoffPerProc, Locks: 1,
+				Hold: xhandoffHoldMin, HoldMax: xhandoffHoldMax, Duration: cfg.handoffDur})
+			continue
+		case "blocked":
+			pts = append(pts, Point{Scenario: sc, Label: fmt.Sprintf("blocked %dp/%dg %v", cfg.blockedK, cfg.blockedK, cfg.blockedWin),
+				Workers: cfg.blockedK, ClientsPerWorker: 1, Goroutines: cfg.blockedK, Locks: 1, Window: cfg.blockedWin})
+			continue
+		}
+		holds := cfg.holds
+		if sc == "fleet-inproc" {
+			holds = cfg.inprocHolds
+		}
+		for _, hold := range holds {
 			h := "hold " + fmtHold(hold)
 			switch sc {
 			case "hot":
@@ -277,6 +359,14 @@ func buildPoints(cfg config) []Point {
 			case "handoff":
 				pts = append(pts, Point{Scenario: "handoff", Label: "handoff 4c/8g " + h,
 					Workers: 1, ClientsPerWorker: 4, Goroutines: 8, Locks: 1, Hold: hold})
+			case "fleet":
+				n := cfg.fleetProcs
+				pts = append(pts, Point{Scenario: sc, Label: fmt.Sprintf("fleet %dp/%dg %s", n, n, h),
+					Workers: n, ClientsPerWorker: 1, Goroutines: n, Locks: 1, Hold: hold})
+			case "fleet-inproc":
+				n := cfg.fleetProcs
+				pts = append(pts, Point{Scenario: sc, Label: fmt.Sprintf("fleet-inproc %dc/%dg %s", n, n, h),
+					Workers: 1, ClientsPerWorker: n, Goroutines: n, Locks: 1, Hold: hold})
 			}
 		}
 	}
@@ -314,8 +404,8 @@ func pickContenders(list string) ([]string, error) {
 func pickScenarios(list string) ([]string, error) {
 	out := splitList(list)
 	for _, s := range out {
-		if s != "hot" && s != "many" && s != "handoff" {
-			return nil, fmt.Errorf("unknown scenario %q (have: hot, many, handoff)", s)
+		if !slices.Contains(allScenarios, s) {
+			return nil, fmt.Errorf("unknown scenario %q (have: %s)", s, strings.Join(allScenarios, ", "))
 		}
 	}
 	if len(out) == 0 {

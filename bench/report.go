@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ type Report struct {
 	Settings   map[string]any    `json:"settings"`
 	Contenders []ContenderInfo   `json:"contenders"`
 	Pings      []PingFloor       `json:"loopback_floor"`
+	PubSub     []PubSubFloor     `json:"pubsub_floor"`
 	Points     []PointReport     `json:"points"`
 	Figures    map[string]string `json:"figures"` // what each figure means
 }
@@ -62,6 +64,10 @@ var figures = map[string]string{
 	"overlapping_holds":        "acquisitions whose timestamp precedes the previous holder's Unlock call on the same lock",
 	"stuck_waiters":            "after the run, goroutines still inside Lock while their lock stayed free (and untaken) for -stuck-after; the bench ends those waits",
 	"waits_cut_at_drain_limit": "after the run, waits still open at -drain-limit although the lock kept changing hands (slow retries, not stuck); ended by the bench",
+	"handoff_between_clients":  "the hand-offs whose next holder used another lock client than the previous holder (for rlock: through Redis, not a local pass); between processes where every client is its own process (hot, fleet, handoff-xproc), within one process in fleet-inproc and handoff",
+	"pubsub_messages_per_acq":  "pub/sub messages received by the contender's clients (every process, every client) per acquisition, from the rlock Client's multiplexer stats (PubSubStats().Messages); rlock and semaphore only, when the library exposes the counter",
+	"pubsub_floor":             "bare rueidis pub/sub: PUBLISH call start in the bench process to receipt in a worker process (dedicated connection, SUBSCRIBE, as rlock's multiplexer), one message every 10-20ms (uniform), CLOCK_MONOTONIC; p50/p99 per round",
+	"blocked":                  "K waiters (one client, one goroutine, one worker process each) blocked on a lock that a client of the same contender in the bench process holds; INFO commandstats delta over the window per waiter per second, PING apart from all other commands; the holder's commands count too (1 of K+1 clients)",
 }
 
 func newReport(cfg config, points []Point, cs []Contender) *Report {
@@ -72,7 +78,8 @@ func newReport(cfg config, points []Point, cs []Contender) *Report {
 		Settings: map[string]any{
 			"quick": cfg.quick, "rounds": cfg.rounds, "duration": cfg.duration.String(), "wait": cfg.wait.String(),
 			"stuck_after": cfg.stuckAfter.String(), "drain_limit": cfg.drainLimit.String(), "pings": cfg.pings,
-			"known_stuck": cfg.knownStuck,
+			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "holds": fmt.Sprint(cfg.holds), "fleet_inproc_holds": fmt.Sprint(cfg.inprocHolds), "handoff_duration": cfg.handoffDur.String(),
+			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs,
 		},
 		Figures: figures,
 	}
@@ -125,42 +132,122 @@ func (r *Report) writeJSON(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// floors returns the medians over the rounds of the loopback PING floor
+// and of the pub/sub floor (zeros when not measured).
+func (r *Report) floors() (ping50, ping99, ps50, ps99 float64) {
+	var a, b, c, d []float64
+	for _, p := range r.Pings {
+		a, b = append(a, p.P50), append(b, p.P99)
+	}
+	for _, p := range r.PubSub {
+		if p.Sent > p.Lost {
+			c, d = append(c, p.P50), append(d, p.P99)
+		}
+	}
+	return medianOf(a), medianOf(b), medianOf(c), medianOf(d)
+}
+
 // printTable prints one block per point, one row per contender, medians.
 func (r *Report) printTable(w io.Writer) {
+	ping50, ping99, ps50, ps99 := r.floors()
 	if len(r.Pings) > 0 {
-		var p50s, p99s []float64
-		for _, p := range r.Pings {
-			p50s = append(p50s, p.P50)
-			p99s = append(p99s, p.P99)
-		}
-		fmt.Fprintf(w, "Loopback floor (sequential PING round trip, median of rounds): p50 %s, p99 %s\n",
-			fmtMs(medianOf(p50s)), fmtMs(medianOf(p99s)))
+		fmt.Fprintf(w, "Loopback floor (sequential PING round trip, median of rounds): p50 %s, p99 %s\n", fmtMs(ping50), fmtMs(ping99))
 	}
-	fmt.Fprintln(w, "Medians over the rounds; req = requests sent by the clients, cmd = commands Redis ran (Lua's inner commands count), cpu = Redis CPU ms per 1,000 acquisitions.")
-	head := []string{"contender", "acq/s", "util", "wait p50", "p99", "max", "handoff p50", "p99", "req/acq", "cmd/acq", "cpu/1k", "jain", "correctness"}
+	if len(r.PubSub) > 0 {
+		lost := 0
+		var rtt50, rtt99 []float64
+		for _, p := range r.PubSub {
+			lost += p.Lost
+			rtt50, rtt99 = append(rtt50, p.PublishP50), append(rtt99, p.PublishP99)
+		}
+		fmt.Fprintf(w, "Pub/sub floor (bare rueidis PUBLISH call start -> receipt in another process, one message every 10-20ms, median of rounds): p50 %s, p99 %s (%.1fx / %.1fx the PING floor; %d lost; the PUBLISH round trip itself p50 %s, p99 %s)\n",
+			fmtMs(ps50), fmtMs(ps99), ratio(ps50, ping50), ratio(ps99, ping99), lost, fmtMs(medianOf(rtt50)), fmtMs(medianOf(rtt99)))
+	}
+	fmt.Fprintln(w, "Medians over the rounds; handoff = every hand-off to a waiting goroutine, x-client = those to a goroutine of another Client (for rlock: through Redis);")
+	fmt.Fprintln(w, "req = requests sent by the clients, cmd = commands Redis ran (Lua's inner commands count), cpu = Redis CPU ms per 1,000 acquisitions, msg = pub/sub messages received.")
+	head := []string{"contender", "acq/s", "util", "wait p50", "p99", "max", "handoff p50", "p99", "x-client p50", "p99", "req/acq", "cmd/acq", "cpu/1k", "msg/acq", "jain", "correctness"}
 	for _, p := range r.Points {
-		fmt.Fprintf(w, "\n%s  (%d process(es), %d client(s), %d goroutines, %d lock(s))\n", p.Label, p.Workers, p.Clients(), p.Goroutines, p.Locks)
+		fmt.Fprintf(w, "\n%s  (%s)\n", p.Label, p.Config())
+		if p.Scenario == "blocked" {
+			r.printBlocked(w, p)
+			continue
+		}
 		rows := [][]string{head}
 		for _, s := range p.Summary {
-			handoff50, handoff99 := "-", "-"
+			handoff50, handoff99, x50, x99, msgs := "-", "-", "-", "-", "-"
 			if s.HandoffN > 0 {
 				handoff50, handoff99 = fmtMs(s.HandoffP50), fmtMs(s.HandoffP99)
+			}
+			if s.XHandoffN > 0 {
+				x50, x99 = fmtMs(s.XHandoffP50), fmtMs(s.XHandoffP99)
+			}
+			if s.MessagesCounted {
+				msgs = fmt.Sprintf("%.2f", s.MessagesPerAcq)
 			}
 			rows = append(rows, []string{
 				r.name(s.Contender),
 				fmt.Sprintf("%.0f", s.PerSecond),
 				fmt.Sprintf("%.0f%%", 100*s.Utilization),
 				fmtMs(s.WaitP50), fmtMs(s.WaitP99), fmtMs(s.WaitMax),
-				handoff50, handoff99,
+				handoff50, handoff99, x50, x99,
 				fmt.Sprintf("%.1f", s.RequestsPerAcq),
 				fmt.Sprintf("%.1f", s.CommandsPerAcq),
 				fmt.Sprintf("%.0f", s.CPUPer1k),
+				msgs,
 				fmt.Sprintf("%.2f", s.Jain),
 				s.verdict(),
 			})
 		}
 		printRows(w, rows)
 	}
+}
+
+// printBlocked prints the blocked point: commands per blocked waiter per
+// second over the window.
+func (r *Report) printBlocked(w io.Writer, p PointReport) {
+	fmt.Fprintf(w, "Redis commands per blocked waiter per second over the window (INFO commandstats; the holder's commands included), PING apart:\n")
+	rows := [][]string{{"contender", "window", "cmd/waiter/s", "PING/waiter/s", "all/waiter/s", "conns/client", "commands in the windows (summed over rounds, PING included)", "correctness"}}
+	for _, s := range p.Summary {
+		b := s.Blocked
+		if b == nil {
+			rows = append(rows, []string{r.name(s.Contender), "-", "-", "-", "-", "-", "-", s.verdict()})
+			continue
+		}
+		rows = append(rows, []string{
+			r.name(s.Contender),
+			fmt.Sprintf("%.1fs", b.WindowS),
+			fmt.Sprintf("%.3f", b.CmdPerWaiterS),
+			fmt.Sprintf("%.3f", b.PingPerWaiterS),
+			fmt.Sprintf("%.3f", b.CmdPerWaiterS+b.PingPerWaiterS),
+			fmt.Sprintf("%.1f", b.ConnsPerClient),
+			topCommands(b.Commands, 4),
+			s.verdict(),
+		})
+	}
+	printRows(w, rows)
+}
+
+// topCommands lists the n most frequent commands, "name n" each.
+func topCommands(m map[string]int64, n int) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b))
+	})
+	var parts []string
+	for i, k := range names {
+		if i == n {
+			parts = append(parts, "...")
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func printRows(w io.Writer, rows [][]string) {
@@ -200,6 +287,10 @@ func (r *Report) printFindings(w io.Writer) bool {
 				failed = true
 				lines = append(lines, fmt.Sprintf("FAIL  %s: mutual exclusion broken (%d lost counter updates, %d overlapping holds)", who, s.Lost, s.Overlaps))
 			}
+			if s.Blocked != nil && s.Blocked.Early > 0 {
+				failed = true
+				lines = append(lines, fmt.Sprintf("FAIL  %s: %d waiter(s) got the lock while the bench still held it (summed over rounds)", who, s.Blocked.Early))
+			}
 			if s.Stuck > 0 {
 				known := slices.Contains(r.knownStuck(), s.Contender)
 				tag := "FAIL "
@@ -228,54 +319,15 @@ func (r *Report) printFindings(w io.Writer) bool {
 		}
 	}
 	r.printVersus(w)
+	r.printFloorComparison(w)
+	r.printIssueSummary(w)
+	r.printLosses(w)
 	return failed
 }
 
 func (r *Report) knownStuck() []string {
 	s, _ := r.Settings["known_stuck"].([]string)
 	return s
-}
-
-// printVersus compares rlock with the best peer at each point, on
-// throughput and on requests per acquisition, leaving out peers that failed
-// there (stuck waiters, errors, broken exclusion); fairness is shown because
-// it explains most of the throughput gaps.
-func (r *Report) printVersus(w io.Writer) {
-	fmt.Fprintln(w, "\nrlock.Mutex against the best peer that did not fail at each point (medians; jain = fairness):")
-	for _, p := range r.Points {
-		var mine *Result
-		var bestRate, bestReq *Result
-		for i := range p.Summary {
-			s := &p.Summary[i]
-			if s.Contender == "rlock" {
-				mine = s
-				continue
-			}
-			if s.Acquisitions == 0 || s.failed() {
-				continue
-			}
-			if bestRate == nil || s.PerSecond > bestRate.PerSecond {
-				bestRate = s
-			}
-			if bestReq == nil || s.RequestsPerAcq < bestReq.RequestsPerAcq {
-				bestReq = s
-			}
-		}
-		if mine == nil || bestRate == nil {
-			continue
-		}
-		rate := "wins "
-		if bestRate.PerSecond > mine.PerSecond {
-			rate = "LOSES"
-		}
-		req := "fewest"
-		if bestReq.RequestsPerAcq < mine.RequestsPerAcq {
-			req = "more than " + r.name(bestReq.Contender)
-		}
-		fmt.Fprintf(w, "  %-22s acq/s %s %6.0f vs %6.0f %-16s (x%.2f, jain %.2f vs %.2f); req/acq %.1f vs %.1f (%s)\n",
-			p.Label, rate, mine.PerSecond, bestRate.PerSecond, r.name(bestRate.Contender), ratio(mine.PerSecond, bestRate.PerSecond),
-			mine.Jain, bestRate.Jain, mine.RequestsPerAcq, bestReq.RequestsPerAcq, req)
-	}
 }
 
 func ratio(a, b float64) float64 {

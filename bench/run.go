@@ -26,6 +26,37 @@ type bench struct {
 	seq    int
 }
 
+// newRawClient returns an uncounted client for the bench's own commands
+// (INFO, probes, PING floor, clean-up) that sends no keep-alive PINGs: rueidis
+// PINGs a connection idle for Dialer.KeepAlive (1s by default), and the
+// bench's idle connections would add their PINGs to the server-side counts of
+// every run (one per worker process per second) and to the blocked point's.
+func newRawClient(addr string) (rueidis.Client, error) {
+	opt := rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true, ClientName: benchClientName}
+	opt.Dialer.KeepAlive = -1 // no background PING (and no TCP keep-alive: loopback)
+	return rueidis.NewClient(opt)
+}
+
+// benchClientName names the bench's own connections (CLIENT SETNAME), so
+// that connection counts can leave them out.
+const benchClientName = "relock-bench"
+
+// contenderConns counts the server's connections that are not the bench's
+// own (CLIENT LIST).
+func (b *bench) contenderConns(ctx context.Context) (int, error) {
+	text, err := b.raw.Do(ctx, b.raw.B().ClientList().Build()).ToString()
+	if err != nil {
+		return 0, fmt.Errorf("CLIENT LIST: %w", err)
+	}
+	n := 0
+	for line := range strings.Lines(text) {
+		if strings.TrimSpace(line) != "" && !strings.Contains(line, " name="+benchClientName+" ") {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // snapshot is INFO commandstats and cpu at one moment.
 type snapshot struct {
 	commands map[string]int64
@@ -99,6 +130,9 @@ func (b *bench) serverInfo(ctx context.Context) map[string]string {
 // runPoint runs contender c at point pt: it hands the jobs to the workers,
 // starts them together, and aggregates what they and Redis report.
 func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) (Result, error) {
+	if pt.Scenario == "blocked" {
+		return b.runBlocked(ctx, pt, c, round)
+	}
 	began := time.Now()
 	b.seq++
 	prefix := fmt.Sprintf("%s:%d:%s", b.prefix, b.seq, c.Slug)
@@ -131,6 +165,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 			FirstG:     i * perWorker,
 			Locks:      pt.Locks,
 			Hold:       pt.Hold,
+			HoldMax:    pt.HoldMax,
 			Counters:   counterFile,
 			Duration:   duration,
 			Wait:       b.cfg.wait,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,15 +11,51 @@ import (
 
 // Point is one configuration of a scenario; every contender runs it.
 type Point struct {
-	Scenario         string        `json:"scenario"` // hot, many, handoff
+	Scenario         string        `json:"scenario"` // hot, many, handoff, handoff-xproc, fleet, fleet-inproc, blocked
 	Label            string        `json:"label"`
 	Workers          int           `json:"workers"`            // OS processes
 	ClientsPerWorker int           `json:"clients_per_worker"` // lock clients in each
 	Goroutines       int           `json:"goroutines"`         // in all
 	Locks            int           `json:"locks"`
 	Hold             time.Duration `json:"hold_ns"`
-	Duration         time.Duration `json:"duration_ns,omitempty"` // 0: the -duration of the run
+	// HoldMax > Hold draws each critical section uniformly from [Hold, HoldMax).
+	HoldMax  time.Duration `json:"hold_max_ns,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"` // 0: the -duration of the run
+	// Window is the measurement window of the blocked point: every waiter
+	// is blocked in Lock on a lock held by the bench for this long.
+	Window time.Duration `json:"window_ns,omitempty"`
 }
+
+// Config names the point's configuration in words: how many processes,
+// Clients and goroutines, and whether hand-offs between Clients cross
+// processes.
+func (p Point) Config() string {
+	if p.Scenario == "blocked" {
+		return fmt.Sprintf("%d waiters, one client and one goroutine each in its own process; the holder: a client in the bench process", p.Goroutines)
+	}
+	s := fmt.Sprintf("%d process(es), %d client(s), %d goroutines, %d lock(s)", p.Workers, p.Clients(), p.Goroutines, p.Locks)
+	switch {
+	case p.Clients() < 2:
+	case p.ClientsPerWorker == 1:
+		s += "; every Client its own process: x-client hand-offs cross processes"
+	case p.Workers == 1:
+		s += "; all Clients in one process: x-client hand-offs stay in it"
+	}
+	return s
+}
+
+// clientOf returns the global number of the lock client that goroutine g
+// used: the worker runs goroutines g with g / perWorker == its number, and
+// its local goroutine i uses its client i % ClientsPerWorker.
+func (p Point) clientOf(g int64) int64 {
+	perWorker := int64(max(p.Goroutines/max(p.Workers, 1), 1))
+	w, i := g/perWorker, g%perWorker
+	return w*int64(p.ClientsPerWorker) + i%int64(max(p.ClientsPerWorker, 1))
+}
+
+// acrossProcesses tells whether hand-offs between Clients of the point
+// cross processes.
+func (p Point) acrossProcesses() bool { return p.ClientsPerWorker == 1 && p.Workers > 1 }
 
 // Clients is the number of lock clients of the point.
 func (p Point) Clients() int { return p.Workers * p.ClientsPerWorker }
@@ -38,6 +75,13 @@ type Result struct {
 	HandoffP50   float64 `json:"handoff_p50_ms"`
 	HandoffP99   float64 `json:"handoff_p99_ms"`
 	HandoffN     int     `json:"handoff_samples"`
+	// The hand-offs above whose next holder used another lock client than
+	// the previous one: for rlock these go through Redis (a pub/sub
+	// message), where the others may be local passes between goroutines of
+	// one Client. Between processes when every Client is its own process.
+	XHandoffP50 float64 `json:"handoff_between_clients_p50_ms"`
+	XHandoffP99 float64 `json:"handoff_between_clients_p99_ms"`
+	XHandoffN   int     `json:"handoff_between_clients_samples"`
 	// HoldMean is the mean time a holder kept the lock (Lock returned to
 	// Unlock called): the critical section as it ran. Utilization is the
 	// share of the run's time the locks were held, summed over the
@@ -56,6 +100,18 @@ type Result struct {
 	CommandsPerAcq float64          `json:"redis_commands_per_acq"`
 	Commands       map[string]int64 `json:"redis_commands,omitempty"`
 	CPUPer1k       float64          `json:"redis_cpu_ms_per_1k_acq"`
+	// Pub/sub messages the contender's clients received, per acquisition
+	// (rlock and the semaphore, through their Client's multiplexer stats;
+	// MessagesCounted is false where that count is not available).
+	MessagesPerAcq  float64 `json:"pubsub_messages_per_acq"`
+	Messages        int64   `json:"pubsub_messages"`
+	MessagesCounted bool    `json:"pubsub_messages_counted"`
+
+	// The blocked point: Redis commands per blocked waiter per second
+	// during the window (INFO commandstats delta, every client of the
+	// contender included: the K waiters and the holder), PING apart from
+	// everything else.
+	Blocked *BlockedCost `json:"blocked,omitempty"`
 
 	Lost     int64  `json:"counter_lost_updates"` // |expected - actual|, summed over the counters
 	Overlaps int64  `json:"overlapping_holds"`    // acquisitions while the previous holder had not yet started to release
@@ -68,6 +124,23 @@ type Result struct {
 	Seconds float64 `json:"run_seconds"` // wall time of the run, set-up and drain included
 }
 
+// BlockedCost is what K waiters blocked on a held lock cost Redis.
+type BlockedCost struct {
+	Waiters        int     `json:"waiters"`
+	WindowS        float64 `json:"window_s"`
+	PingPerWaiterS float64 `json:"ping_per_waiter_s"`
+	CmdPerWaiterS  float64 `json:"other_commands_per_waiter_s"` // everything but PING
+	// ConnsPerClient is the contender's connections to Redis at the start
+	// of the window (CLIENT LIST, less those there before the run), per
+	// client (the K waiters' and the holder's): rueidis PINGs each idle one
+	// about once a second.
+	ConnsPerClient float64          `json:"connections_per_client"`
+	Commands       map[string]int64 `json:"redis_commands"` // the window's INFO commandstats delta
+	// Early counts waiters that got the lock before the holder's Unlock:
+	// the hold was lost (a lease ran out) or exclusion broke.
+	Early int `json:"acquired_before_release"`
+}
+
 // serverDelta is what Redis did during a run.
 type serverDelta struct {
 	commands map[string]int64
@@ -76,7 +149,10 @@ type serverDelta struct {
 
 // aggregate turns the workers' results into a Result.
 func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters map[int]int64) Result {
-	r := Result{Contender: slug, Requests: map[string]int64{}}
+	r := Result{Contender: slug, Requests: map[string]int64{}, MessagesCounted: len(ws) > 0}
+	for _, w := range ws {
+		r.MessagesCounted = r.MessagesCounted && w.MessagesCounted
+	}
 	var recs []Record
 	perG := make([]int64, pt.Goroutines)
 	expected := map[int]int64{}
@@ -108,6 +184,7 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 			r.Requests[k] += v
 		}
 		r.Errors += w.Errors
+		r.Messages += w.Messages
 		if r.ErrorMsg == "" {
 			r.ErrorMsg = w.ErrorSample
 		}
@@ -148,7 +225,7 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	slices.SortFunc(recs, func(a, b Record) int {
 		return cmp.Or(cmp.Compare(a[recLock], b[recLock]), cmp.Compare(a[recAcq], b[recAcq]))
 	})
-	var handoffs []int64
+	var handoffs, xhandoffs []int64
 	for i := 1; i < len(recs); i++ {
 		prev, next := recs[i-1], recs[i]
 		if prev[recLock] != next[recLock] {
@@ -160,9 +237,16 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		}
 		if next[recStart] < prev[recRel] { // it was waiting when the release began
 			handoffs = append(handoffs, next[recAcq]-prev[recRel])
+			if pt.clientOf(next[recG]) != pt.clientOf(prev[recG]) {
+				xhandoffs = append(xhandoffs, next[recAcq]-prev[recRel])
+			}
 		}
 	}
 	slices.Sort(handoffs)
+	slices.Sort(xhandoffs)
+	r.XHandoffN = len(xhandoffs)
+	r.XHandoffP50 = ms(measure.Percentile(xhandoffs, 0.50))
+	r.XHandoffP99 = ms(measure.Percentile(xhandoffs, 0.99))
 	r.HandoffN = len(handoffs)
 	r.HandoffP50 = ms(measure.Percentile(handoffs, 0.50))
 	r.HandoffP99 = ms(measure.Percentile(handoffs, 0.99))
@@ -211,6 +295,12 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		r.RequestsPerAcq = float64(reqs) / a
 		r.CommandsPerAcq = float64(cmds) / a
 		r.CPUPer1k = d.cpu * 1000 / a * 1000
+		if r.MessagesCounted {
+			r.MessagesPerAcq = float64(r.Messages) / a
+		}
+	}
+	if !r.MessagesCounted {
+		r.Messages = 0
 	}
 	return r
 }
@@ -255,6 +345,46 @@ func median(rs []Result) Result {
 	m.HandoffP50 = med(func(r Result) float64 { return r.HandoffP50 })
 	m.HandoffP99 = med(func(r Result) float64 { return r.HandoffP99 })
 	m.HandoffN = int(med(func(r Result) float64 { return float64(r.HandoffN) }))
+	m.XHandoffP50 = med(func(r Result) float64 { return r.XHandoffP50 })
+	m.XHandoffP99 = med(func(r Result) float64 { return r.XHandoffP99 })
+	m.XHandoffN = int(med(func(r Result) float64 { return float64(r.XHandoffN) }))
+	m.MessagesCounted = true
+	for _, r := range rs {
+		m.MessagesCounted = m.MessagesCounted && r.MessagesCounted
+	}
+	if m.MessagesCounted {
+		m.MessagesPerAcq = med(func(r Result) float64 { return r.MessagesPerAcq })
+		m.Messages = int64(med(func(r Result) float64 { return float64(r.Messages) }))
+	}
+	var blocked []*BlockedCost
+	for _, r := range rs {
+		if r.Blocked != nil {
+			blocked = append(blocked, r.Blocked)
+		}
+	}
+	if len(blocked) > 0 {
+		medB := func(f func(*BlockedCost) float64) float64 {
+			xs := make([]float64, len(blocked))
+			for i, b := range blocked {
+				xs[i] = f(b)
+			}
+			return medianOf(xs)
+		}
+		m.Blocked = &BlockedCost{
+			Waiters:        blocked[0].Waiters,
+			WindowS:        medB(func(b *BlockedCost) float64 { return b.WindowS }),
+			PingPerWaiterS: medB(func(b *BlockedCost) float64 { return b.PingPerWaiterS }),
+			CmdPerWaiterS:  medB(func(b *BlockedCost) float64 { return b.CmdPerWaiterS }),
+			ConnsPerClient: medB(func(b *BlockedCost) float64 { return b.ConnsPerClient }),
+			Commands:       map[string]int64{},
+		}
+		for _, b := range blocked {
+			m.Blocked.Early += b.Early
+			for k, v := range b.Commands {
+				m.Blocked.Commands[k] += v // summed over the rounds
+			}
+		}
+	}
 	m.Jain = med(func(r Result) float64 { return r.Jain })
 	m.Starved = int(med(func(r Result) float64 { return float64(r.Starved) }))
 	m.RequestsPerAcq = med(func(r Result) float64 { return r.RequestsPerAcq })
@@ -284,6 +414,9 @@ func (r Result) verdict() string {
 	if r.Overlaps > 0 {
 		s = append(s, "OVERLAP "+itoa(r.Overlaps))
 	}
+	if r.Blocked != nil && r.Blocked.Early > 0 {
+		s = append(s, "EARLY "+itoa(int64(r.Blocked.Early)))
+	}
 	if r.Stuck > 0 {
 		s = append(s, "STUCK "+itoa(int64(r.Stuck)))
 	}
@@ -310,5 +443,5 @@ func (r Result) verdict() string {
 // updates, overlapping holds, stuck waiters or errors (slow drains are not
 // failures).
 func (r Result) failed() bool {
-	return r.Lost > 0 || r.Overlaps > 0 || r.Stuck > 0 || r.Errors > 0
+	return r.Lost > 0 || r.Overlaps > 0 || r.Stuck > 0 || r.Errors > 0 || (r.Blocked != nil && r.Blocked.Early > 0)
 }

@@ -52,7 +52,7 @@ func workerMain() int {
 			return 0
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		l, err := openLoad(ctx, *m.Job)
+		l, err := openJob(ctx, *m.Job)
 		cancel()
 		if err != nil {
 			_ = out.Encode(fromWorker{Type: "error", Error: err.Error()})
@@ -80,6 +80,31 @@ func workerMain() int {
 			return 1
 		}
 	}
+}
+
+// jobRunner is a job opened in a worker: run it once "go" came, close it
+// once "close" came.
+type jobRunner interface {
+	run() WorkerResult
+	close()
+}
+
+func openJob(ctx context.Context, job Job) (jobRunner, error) {
+	switch job.Mode {
+	case "":
+		l, err := openLoad(ctx, job)
+		if err != nil {
+			return nil, err // not a nil *load in an interface
+		}
+		return l, nil
+	case "subscribe":
+		s, err := openSubscriber(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("unknown job mode %q", job.Mode)
 }
 
 // workerProc is the parent's handle on one worker process.
