@@ -24,7 +24,7 @@ test: check-redis
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-## bench: every lock contender side by side against one Redis (minutes; BENCH_FLAGS=-quick for ~1)
+## bench: every lock contender side by side against one Redis (about 13 minutes; BENCH_FLAGS=-quick for 2-3)
 bench: check-redis
 	cd bench && $(GO) run -mod=mod . $(BENCH_FLAGS)
 
