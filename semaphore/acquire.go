@@ -70,6 +70,12 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 
 // An Acquire call moves through these states:
 //
+//	turns     (a blocking Acquire of one permit, watchdog lease, on a
+//	          semaphore with turns: see turns.go) takes the lease this
+//	          Client kept at its last Release -> held, no script; else joins
+//	          its Client's waiters: the leader goes on to attempt, the others
+//	          wait in the Client until passed a lease -> held, no script, or
+//	          made the leader -> attempt
 //	attempt   one sem_acquire.lua that takes the permits if they are free
 //	          and nobody is queued ahead, without queueing; skipped by a
 //	          blocking Acquire when this Client's grant channel for the
@@ -113,6 +119,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 				return permitCtx, err
 			}
 			// The leader now: acquire in Redis for the Client.
+			if s.c.IsClosed() {
+				return nil, ErrClosed
+			}
 		}
 	}
 	var w *pubsub.Waiter
@@ -444,7 +453,10 @@ func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx
 // Release gives back the permits carried by permitCtx and, in the same step,
 // hands them to the waiters at the head of the queue that they are enough for
 // (see the package documentation); permitCtx is then cancelled with cause
-// ErrReleased.
+// ErrReleased. On a semaphore with turns, a one-permit lease goes instead to
+// the next waiting goroutine of this Client while the turn lasts, or is kept
+// for this Client's next Acquire for up to the linger, with no round trip
+// (see Turns in the package documentation).
 //
 // Release works even when permitCtx is cancelled, and retries connection errors
 // with an idempotent request. It fails with ErrNotHeld, changing nothing, when

@@ -266,7 +266,9 @@ func (t *turns) park(s *Semaphore, h *core.Hold) bool {
 		return false
 	}
 	co.parked, co.parkedBy = p, s
-	co.parkTimer = time.AfterFunc(t.linger, func() { t.expire(s, p) })
+	// Nothing renews a parked lease: it is released while half of it is
+	// still left, whatever the linger.
+	co.parkTimer = time.AfterFunc(min(t.linger, time.Until(p.until)-p.lease/2), func() { t.expire(s, p) })
 	return true
 }
 

@@ -276,3 +276,35 @@ func TestTurnsThroughput(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnsLocalWaitTimeout checks that a goroutine waiting in its Client
+// behind a holder of the same Client honours the wait timeout and ctx.
+func TestTurnsLocalWaitTimeout(t *testing.T) {
+	e := newEnv(t)
+	l := semaphore.NewLock(e.client(), "turns-timeout")
+	p, err := l.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	_, err = l.Lock(e.ctx, semaphore.WithWaitTimeout(20*time.Millisecond))
+	if !errors.Is(err, semaphore.ErrNoPermits) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a wait timeout behind a holder of its Client: %v, want ErrNoPermits and DeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	ch := goAcquire(l.Semaphore(), ctx, 1)
+	waitFor(t, 5*time.Second, "the waiter in the Client", func() bool { return semaphore.LocalWaiters(l.Semaphore()) == 1 })
+	cancel()
+	if got := receiveErr(t, ch, 5*time.Second, "the cancelled waiter"); !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v, want context.Canceled", got.err)
+	}
+	if n := semaphore.LocalWaiters(l.Semaphore()); n != 0 {
+		t.Fatalf("%d waiters left in the Client", n)
+	}
+	// The holder releases with no one waiting: the permit is free in Redis.
+	if err := l.Unlock(p); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if st := e.state(l.Semaphore()); st.Held != 0 {
+		t.Fatalf("after the last Unlock, %d permits held in Redis", st.Held)
+	}
+}
