@@ -70,6 +70,12 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 
 // An Acquire call moves through these states:
 //
+//	turns     (a blocking Acquire of one permit, watchdog lease, on a
+//	          semaphore with turns: see turns.go) takes the lease this
+//	          Client kept at its last Release -> held, no script; else joins
+//	          its Client's waiters: the leader goes on to attempt, the others
+//	          wait in the Client until passed a lease -> held, no script, or
+//	          made the leader -> attempt
 //	attempt   one sem_acquire.lua that takes the permits if they are free
 //	          and nobody is queued ahead, without queueing; skipped by a
 //	          blocking Acquire when this Client's grant channel for the
@@ -95,6 +101,29 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	}
 	defer s.c.Exit()
 	wait = wait && !a.cfg.tryOnce // WithWaitTimeout(0): one attempt, as TryAcquire
+	if wait && s.turnsFor(n, a) {
+		// The lease kept for this Client after its last Release (see turns.go).
+		if p := s.turns.unpark(s); p != nil {
+			return s.holdPassed(ctx, p)
+		}
+		lw, lead := s.turns.join(s.name)
+		a.lw = lw
+		defer func() {
+			if p := s.turns.leave(s.name, lw); p != nil {
+				s.handOn(p) // passed to us as we gave up: pass it on
+			}
+		}()
+		if !lead {
+			permitCtx, done, err := a.waitLocal(ctx, lw)
+			if done {
+				return permitCtx, err
+			}
+			// The leader now: acquire in Redis for the Client.
+			if s.c.IsClosed() {
+				return nil, ErrClosed
+			}
+		}
+	}
 	var w *pubsub.Waiter
 	if wait {
 		// Contended (our grant channel is live): one script queues at once.
@@ -206,8 +235,13 @@ type acquisition struct {
 	// so a lease it granted started after queuedAt.
 	queuedAt core.Ticket
 	traced   bool // id may be queued or hold permits: abandon it on failure
-	got      int64
-	lastErr  error // the last attempt failed to reach Redis (or Redis refused)
+	// lw is the call's place among its Client's waiters (see turns.go); nil
+	// when it takes no part in turns.
+	lw *localWaiter
+	// contended: an attempt found the permits taken (others hold or wait).
+	contended bool
+	got       int64
+	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
 }
 
 // newID gives the acquisition a new permit id and secret, with which nothing
@@ -264,6 +298,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		a.ticket, a.got = t, r.value
 		return true, 0, nil
 	case 0:
+		a.contended = true
 		if w != nil {
 			a.queuedAt = t
 		}
@@ -380,13 +415,48 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		return nil, s.wrap("acquire", err)
 	}
 	h.Start(a.ticket)
+	if a.lw != nil {
+		s.turns.form(s.name, h, a.lw, a.contended)
+		context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
+	}
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
+}
+
+// waitLocal waits among the Client's waiters until it is passed a lease
+// (done, with the permit context), made the leader (not done), or the wait is
+// over (done, with the error).
+func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx context.Context, done bool, err error) {
+	s := a.s
+	waitCtx := ctx
+	if a.cfg.waitSet {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, a.cfg.waitTimeout,
+			fmt.Errorf("%w: %q after waiting %v: %w", ErrNoPermits, s.name, a.cfg.waitTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	select {
+	case <-lw.ready:
+	case <-waitCtx.Done():
+		err := core.CtxError(waitCtx)
+		if errors.Is(err, ErrNoPermits) {
+			return nil, true, err
+		}
+		return nil, true, s.wrap("acquire", err)
+	}
+	if p := s.turns.take(lw); p != nil {
+		permitCtx, err := s.holdPassed(ctx, p)
+		return permitCtx, true, err
+	}
+	return nil, false, nil
 }
 
 // Release gives back the permits carried by permitCtx and, in the same step,
 // hands them to the waiters at the head of the queue that they are enough for
 // (see the package documentation); permitCtx is then cancelled with cause
-// ErrReleased.
+// ErrReleased. On a semaphore with turns, a one-permit lease goes instead to
+// the next waiting goroutine of this Client while the turn lasts, or is kept
+// for this Client's next Acquire for up to the linger, with no round trip
+// (see Turns in the package documentation).
 //
 // Release works even when permitCtx is cancelled, and retries connection errors
 // with an idempotent request. It fails with ErrNotHeld, changing nothing, when
@@ -407,15 +477,28 @@ func (s *Semaphore) Release(permitCtx context.Context) error {
 	if p == nil {
 		return fmt.Errorf("%w: the context holds no permit of %q", ErrNotHeld, s.name)
 	}
-	return s.release(permitCtx, p, s.c.NewID(), false)
+	return s.release(permitCtx, p, s.c.NewID(), false, true)
 }
 
 // release runs the release under requestID; retried tells that a request of
-// that id may have run already (only tests replay one).
-func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string, retried bool) error {
+// that id may have run already (only tests replay one). A one-permit lease
+// goes to the next waiter of this Client instead while its turn lasts, or,
+// with mayPark, is kept for this Client's next Acquire (see turns.go).
+func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string, retried, mayPark bool) error {
 	h := p.hold
+	h.Serial.Lock() // one release of h at a time: a pass hands its id on
+	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
 		return s.notHeld(cause)
+	}
+	if s.turns != nil && p.n == 1 {
+		if s.turns.passOn(s.name, h) || mayPark && s.turns.park(s, h) {
+			h.End(ErrReleased) // the next holder took over the lease
+			return nil
+		}
+		// The turn ends: the oldest waiter queues in Redis, behind the
+		// other Clients' waiters that this release serves first.
+		s.turns.dissolve(s.name, h)
 	}
 	h.BeginRelease()
 	defer h.EndRelease()

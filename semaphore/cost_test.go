@@ -167,7 +167,8 @@ func contend(t *testing.T, total int64, lockers []func() (unlock func() error, e
 // queues and is handed over by the holder's release. The Mutex is measured
 // twice: with WithLinger(0), where every acquisition is such a hand-off as
 // the semaphore's, and with its default linger, where a Client keeps the lock
-// for its own next Lock for a turn (which the semaphore does not do).
+// for its own next Lock for a turn (which the semaphore does only when its
+// Client's core.Config.Linger is set, and rlock does not set it yet).
 //
 // Run it alone to see the figures:
 //

@@ -76,7 +76,45 @@
 // contended), takes the permits or queues in a single script; otherwise it
 // first tries once without queueing, so that an uncontended Acquire costs one
 // script and no subscription. A Release is one script, and an acquisition by
-// hand-off costs the waiter no script at all.
+// hand-off costs the waiter no script at all (nor does a pass within a turn:
+// see Turns).
+//
+// # Turns (one-permit semaphores)
+//
+// A semaphore whose limit is configured as one (NewLock, or New with
+// WithLimit(1)) takes turns between Clients as rlock.Mutex does. The
+// goroutines of one Client that Acquire one permit with the watchdog's lease
+// queue in Redis as one: the oldest, the leader, acquires or queues there for
+// the Client, the others wait in the Client in arrival order. A Release while
+// another goroutine of the Client waits passes the lease (its permit id, its
+// validity, and the watchdog's renewals) to the oldest of them, with no round
+// trip: the permit context of the releaser ends as after a release, and the
+// new holder's Release, or its pass, ends the lease. Passes are made within a
+// turn budget, the Mutex's: 8 within a second of the acquisition in Redis, or
+// up to 64 within 2ms; then the Release goes to Redis, which grants the permit
+// to the head of its queue, and the oldest waiter of the Client queues at the
+// tail: Clients are served in arrival order, one turn each. A lease is passed
+// only while nothing puts it in doubt: the Client saw no connection error
+// since the command that last confirmed it, and at least half of it is left.
+// A lease lost in Redis without the Client knowing (its key deleted, say) is
+// found by the watchdog's next renewal, which ends the hold: it is passed to
+// no one, its Release reports the loss, and the waiters acquire in Redis.
+//
+// A last Release with no local waiter, when the Client had to queue for the
+// permit (others were then holding or waiting), keeps the lease for up to the
+// linger for the Client's next Acquire, within the same budget: a worker that
+// acquires again at once takes it with no round trip; when the linger runs
+// out unused, the permit is released in Redis, and the Client stops lingering
+// on that semaphore until an Acquire comes within the linger of a release
+// again. Close releases a lease kept so at once. The linger is the Client's
+// (core.Config.Linger, meant to follow rlock.WithLinger); while it is zero,
+// nothing is kept.
+//
+// With a limit set otherwise (TrySetLimit, SetLimit, or another WithLimit),
+// or for WithLease acquisitions, every acquisition goes to Redis. Where a
+// limit of one configured here meets a higher limit in Redis, a goroutine may
+// wait in its Client for a holder of its Client's turn although a permit is
+// free, for at most one hold.
 //
 // The limit can be changed at run time with SetLimit: raising it hands the
 // new permits to the waiters at the head; lowering it lets current holders

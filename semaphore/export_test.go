@@ -3,6 +3,10 @@ package semaphore
 import (
 	"context"
 	"strconv"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/rlock"
 )
 
 // ReleaseWithRequestID releases the permits carried by permitCtx as Release
@@ -14,7 +18,7 @@ func ReleaseWithRequestID(s *Semaphore, permitCtx context.Context, requestID str
 	if p == nil {
 		return ErrNotHeld
 	}
-	return s.release(permitCtx, p, requestID, true)
+	return s.release(permitCtx, p, requestID, true, false)
 }
 
 // ReleaseScript runs sem_release.lua once for the permit carried by permitCtx,
@@ -40,3 +44,24 @@ func AcquireScript(ctx context.Context, s *Semaphore, id string, n int64) (statu
 
 // GrantChannel is the channel on which s's Client is handed permits.
 func GrantChannel(s *Semaphore) string { return s.grant }
+
+// LocalWaiters returns how many Acquire calls of s's Client wait for s in the
+// Client (the leader, which waits in Redis, included); 0 without turns.
+func LocalWaiters(s *Semaphore) int {
+	if s.turns == nil {
+		return 0
+	}
+	s.turns.mu.Lock()
+	defer s.turns.mu.Unlock()
+	if co := s.turns.m[s.name]; co != nil {
+		return len(co.waiters)
+	}
+	return 0
+}
+
+// SetLinger sets the linger of c's turns (core.Config.Linger, which
+// rlock.WithLinger is to fill); call it before c's semaphores are used.
+func SetLinger(c *rlock.Client, d time.Duration) {
+	cc, _ := core.Of(c)
+	turnsOf(cc).linger = d
+}

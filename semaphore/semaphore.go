@@ -24,6 +24,7 @@ type Semaphore struct {
 	exact bool   // a Lock's: the limit must be the configured one
 	keys  keys
 	grant string // this Client's grant channel (see core.GrantChannel)
+	turns *turns // the Client's turns, for a limit configured as 1 (see turns.go)
 }
 
 // Option configures a Semaphore.
@@ -70,6 +71,9 @@ func New(c *rlock.Client, name string, opts ...Option) *Semaphore {
 			s.err = err
 		}
 		s.limit = strconv.FormatInt(cfg.limit, 10)
+		if cfg.limit == 1 && s.err == nil {
+			s.turns = turnsOf(cc)
+		}
 	}
 	return s
 }

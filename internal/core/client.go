@@ -20,6 +20,9 @@ type Config struct {
 	UnlockTimeout   time.Duration // bound on retried releases and clean-ups
 	NoExpiryPoll    time.Duration // re-check interval for a key without expiry
 	KeyPrefix       string
+	// Linger is how long a contended hold, at its last release, is kept for
+	// the Client's next acquisition (rlock.WithLinger); 0: never.
+	Linger time.Duration
 }
 
 // Client is one owner identity and its shared machinery.
@@ -45,6 +48,45 @@ type Client struct {
 
 	bgCtx    context.Context // see BackgroundContext
 	bgCancel context.CancelFunc
+
+	locals  map[any]any // see Local
+	onClose []func()    // see OnClose
+}
+
+// Local returns the Client's value for key, made by mk on first use: state a
+// primitive built on the Client keeps per Client. mk may run more than once
+// when calls race; one value wins.
+func (c *Client) Local(key any, mk func() any) any {
+	c.mu.Lock()
+	v, ok := c.locals[key]
+	c.mu.Unlock()
+	if ok {
+		return v
+	}
+	made := mk() // without c.mu: mk may call OnClose
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.locals[key]; ok {
+		return v
+	}
+	if c.locals == nil {
+		c.locals = make(map[any]any)
+	}
+	c.locals[key] = made
+	return made
+}
+
+// OnClose registers fn to run when Close starts, once new calls are refused
+// and before holds end (after Close has started, fn runs at once).
+func (c *Client) OnClose(fn func()) {
+	c.mu.Lock()
+	if !c.IsClosed() {
+		c.onClose = append(c.onClose, fn)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	fn()
 }
 
 // CloseGrace is how long Close lets background clean-ups (see Go) run before
@@ -87,6 +129,13 @@ func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		close(c.closed)
+		hooks := c.onClose
+		c.onClose = nil
+		c.mu.Unlock()
+		for _, fn := range hooks {
+			fn()
+		}
+		c.mu.Lock()
 		holds := make([]*Hold, 0, len(c.holds))
 		for h := range c.holds {
 			holds = append(holds, h)
