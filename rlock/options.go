@@ -118,6 +118,7 @@ func (c *config) core() core.Config {
 		UnlockTimeout:   c.unlockTimeout,
 		NoExpiryPoll:    c.noExpiryPoll,
 		KeyPrefix:       c.keyPrefix,
+		Linger:          c.linger,
 	}
 }
 
@@ -134,8 +135,9 @@ func (c *config) core() core.Config {
 // until a Lock comes within the linger of a release again.
 //
 // Waiters of other Clients may thus wait up to one linger more per turn.
-// Default DefaultLinger (1ms); 0 never keeps a released lock; allowed 0 to
-// MaxLinger (100ms).
+// The Client's one-permit semaphores (semaphore.NewLock) keep their permit
+// the same way. Default DefaultLinger (1ms); 0 never keeps a released lock;
+// allowed 0 to MaxLinger (100ms).
 func WithLinger(d time.Duration) Option {
 	return func(c *config) { c.linger = d }
 }
