@@ -23,15 +23,22 @@ import (
 // PUBLISHes a sequence number. The latency is the PUBLISH call's start to
 // the subscriber's receipt, both CLOCK_MONOTONIC.
 
-// Floor probe idle between messages.
+// Floor probe idle between messages: like the holds of the handoff-xproc
+// point, and, for the turn floor, like the gap between two cross-process
+// hand-offs when a Client keeps the lock for a turn of about 8 such holds
+// (rlock's turns): the longer a connection idles, the slower its first
+// message is woken up on a loaded machine.
 const (
-	floorIdleMin = 10 * time.Millisecond
-	floorIdleMax = 20 * time.Millisecond
+	floorIdleMin     = 10 * time.Millisecond
+	floorIdleMax     = 20 * time.Millisecond
+	turnFloorIdleMin = 100 * time.Millisecond
+	turnFloorIdleMax = 200 * time.Millisecond
 )
 
 // PubSubFloor is one round's probe, in milliseconds.
 type PubSubFloor struct {
 	Round int     `json:"round"`
+	Turn  bool    `json:"turn_idle,omitempty"` // measured after turnFloorIdle* rather than floorIdle*
 	Sent  int     `json:"sent"`
 	Lost  int     `json:"lost"`
 	P50   float64 `json:"p50_ms"`
@@ -107,8 +114,12 @@ func (s *subscriber) close() {
 }
 
 // pubsubFloor runs the probe once: n messages from this process to a worker.
-func (b *bench) pubsubFloor(ctx context.Context, round, n int) (PubSubFloor, error) {
-	out := PubSubFloor{Round: round, Sent: n}
+func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool) (PubSubFloor, error) {
+	out := PubSubFloor{Round: round, Sent: n, Turn: turn}
+	idleMin, idleMax := floorIdleMin, floorIdleMax
+	if turn {
+		idleMin, idleMax = turnFloorIdleMin, turnFloorIdleMax
+	}
 	ws, err := b.pool.get(1)
 	if err != nil {
 		return out, err
@@ -140,7 +151,7 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int) (PubSubFloor, err
 	sent := make([]int64, n)
 	rtts := make([]int64, n)
 	for i := range n {
-		time.Sleep(floorIdleMin + rand.N(floorIdleMax-floorIdleMin))
+		time.Sleep(idleMin + rand.N(idleMax-idleMin))
 		sent[i] = mono()
 		if err := pub.Do(ctx, pub.B().Publish().Channel(channel).Message(strconv.Itoa(i)).Build()).Error(); err != nil {
 			return fail(fmt.Errorf("PUBLISH: %w", err))

@@ -226,7 +226,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			return nil, false, err
 		}
 		rep.Pings = append(rep.Pings, PingFloor{Round: round, P50: p50, P99: p99})
-		fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs)
+		fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, false, ctx.Err()
@@ -234,6 +234,14 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		} else {
 			rep.PubSub = append(rep.PubSub, fl)
+		}
+		if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true); err != nil {
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			fmt.Fprintf(os.Stderr, "bench: turn floor: %v\n", err)
+		} else {
+			rep.PubSub = append(rep.PubSub, tf)
 		}
 		fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; pub/sub floor p50 %s, p99 %s (%d messages, %d lost; PUBLISH round trip p50 %s, p99 %s)\n",
 			round, cfg.rounds, fmtMs(p50), fmtMs(p99), fmtMs(fl.P50), fmtMs(fl.P99), fl.Sent, fl.Lost, fmtMs(fl.PublishP50), fmtMs(fl.PublishP99))

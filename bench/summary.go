@@ -202,6 +202,14 @@ func (r *Report) printIssueSummary(w io.Writer) {
 				fmtMs(bestPeer.XHandoffP50), ratio(bestPeer.XHandoffP50, f50), fmtMs(bestPeer.XHandoffP99), ratio(bestPeer.XHandoffP99, f99)))
 		}
 		fmt.Fprintf(w, " %s; goal rlock <= %.1fx / %.0fx\n", strings.Join(parts, "; "), goalHandoffP50, goalHandoffP99)
+		if t50, t99 := r.turnFloor(); t50 > 0 {
+			for i := range p.Summary {
+				if s := &p.Summary[i]; isOwn(s.Contender) && s.XHandoffN > 0 {
+					fmt.Fprintf(w, "  against the floor after a turn's idle (p50 %s / p99 %s): %s %.2fx / %.2fx\n", fmtMs(t50), fmtMs(t99),
+						r.name(s.Contender), ratio(s.XHandoffP50, t50), ratio(s.XHandoffP99, t99))
+				}
+			}
+		}
 	}
 	for _, p := range r.Points {
 		if p.Scenario != "blocked" {
