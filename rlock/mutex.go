@@ -123,7 +123,11 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usableWith(ctx); err != nil {
 		return false, err
 	}
-	n, err := m.c.RC.Do(ctx, m.c.RC.B().Exists().Key(m.keys.lock).Build()).AsInt64()
+	var n int64
+	err := m.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		n, err = m.c.RC.Do(ctx, m.c.RC.B().Exists().Key(m.keys.lock).Build()).AsInt64()
+		return err
+	})
 	if err != nil {
 		return false, m.wrap("is locked", err)
 	}
@@ -136,7 +140,11 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.usableWith(ctx); err != nil {
 		return 0, err
 	}
-	pttl, err := m.c.RC.Do(ctx, m.c.RC.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+	var pttl int64
+	err := m.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		pttl, err = m.c.RC.Do(ctx, m.c.RC.B().Pttl().Key(m.keys.lock).Build()).AsInt64()
+		return err
+	})
 	switch {
 	case err != nil:
 		return 0, m.wrap("ttl", err)

@@ -211,7 +211,11 @@ func (s *Semaphore) State(ctx context.Context) (State, error) {
 	if err := checkContext(ctx); err != nil {
 		return State{}, err
 	}
-	st, err := s.limitScript(ctx, "get", 0)
+	var st limitReply
+	err := s.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		st, err = s.limitScript(ctx, "get", 0)
+		return err
+	})
 	if err != nil {
 		return State{}, s.wrap("state", err)
 	}

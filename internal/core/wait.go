@@ -164,3 +164,17 @@ func RetryTransient(ctx context.Context, op func() error) error {
 		backoff = min(2*backoff, maxRetryBackoff)
 	}
 }
+
+// Inspect runs op, a read that may be repeated (or a write that is idempotent),
+// retrying connection errors with backoff for up to the unlock timeout (or
+// until ctx ends): the first command on a connection that broke (a Redis
+// restart, say) fails once, which an inspection call should not report.
+func (c *Client) Inspect(ctx context.Context, op func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Cfg.UnlockTimeout)
+	defer cancel()
+	return RetryTransient(ctx, func() error {
+		err := op(ctx)
+		c.NoteError(err)
+		return err
+	})
+}
