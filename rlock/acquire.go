@@ -142,7 +142,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if a.cohort {
 		if done, lockCtx, err := joinCohort(); done {
 			if early != nil {
-				early.Leave(false)
+				early.Leave(true)
 			}
 			return lockCtx, err
 		}
@@ -312,7 +312,7 @@ func (a *acquisition) leave() {
 			m.handOn(p)
 		}
 		if promo != nil {
-			promo.w.Leave(false)
+			promo.w.Leave(true)
 			abandon(m.c, m.keys, promo.owner, promo.secret, m.c.Cfg.WatchdogTimeout, false)
 		}
 	}

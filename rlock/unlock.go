@@ -145,12 +145,12 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 		p := &promotion{w: w, owner: owner, secret: secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
 			retryIn: min(retry, wd*4/5)}
 		if !m.t.promote(m.name, h, next, p) {
-			w.Leave(false)
+			w.Leave(true)
 			abandon(m.c, m.keys, owner, secret, wd, false)
 		}
 	default:
 		m.t.dissolve(m.name, h)
-		w.Leave(false)
+		w.Leave(true)
 		if err != nil { // the script may have queued it
 			abandon(m.c, m.keys, owner, secret, wd, true)
 		}

@@ -157,7 +157,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		w, err = s.subscribe(waitCtx, n)
 	}
 	if err == nil {
-		err = a.wait(waitCtx, w)
+		err = a.s.c.WaitWith(waitCtx, w, a.try)
 	}
 	if err != nil {
 		a.giveUp(ctx)
@@ -338,56 +338,6 @@ func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 	a.got, a.ticket = n, a.queuedAt
 	return true
 }
-
-// wait runs try until it succeeds, sleeping between tries until a message or
-// a reconnect wakes w, the retry time try returned passes, or ctx ends; it
-// leaves w when it returns. It is core.Client.WaitWith, except that w leaves
-// without handing a wake-up on to the next Waiter of the channel: no message
-// on a grant channel is meant for any Waiter but the one it names.
-func (a *acquisition) wait(ctx context.Context, w *pubsub.Waiter) error {
-	defer w.Leave(true)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var lastErr error
-	backoff := time.Duration(0)
-	for {
-		ok, retryIn, err := a.try(ctx, w)
-		switch {
-		case ok:
-			return nil
-		case err != nil && core.Retryable(ctx, err):
-			lastErr = err
-			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
-			retryIn = backoff
-		case err != nil && ctx.Err() != nil:
-			// The attempt failed because the wait ended: report why it ended.
-			return core.CtxError(ctx)
-		case err != nil:
-			return err
-		default:
-			backoff = 0
-		}
-		timer.Reset(retryIn)
-		select {
-		case <-w.C():
-		case <-timer.C:
-		case <-w.Done():
-			return ErrClosed
-		case <-ctx.Done():
-			err := core.CtxError(ctx)
-			if lastErr != nil {
-				err = fmt.Errorf("%w (last error: %w)", err, lastErr)
-			}
-			return err
-		}
-	}
-}
-
-// Backoff of re-checks after connection errors, as core.Client.WaitWith's.
-const (
-	minRetryBackoff = 10 * time.Millisecond
-	maxRetryBackoff = time.Second
-)
 
 // giveUp ends a failed acquisition: its id leaves the queue and gives back
 // anything a request whose reply was lost may have taken, before the call

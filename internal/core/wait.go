@@ -49,10 +49,13 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 }
 
 // WaitWith is WaitFor on a Waiter subscribed (and perhaps tagged) already;
-// it leaves w when it returns.
+// it leaves w when it returns. It leaves without handing a wake-up on to the
+// next Waiter of the channel: the locks wait on grant channels (see
+// GrantChannel), where every message names the one Waiter it is for, and a
+// wake-up passed on would only make a listener (a cohort's watch) doubt its
+// hold.
 func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
-	satisfied := false
-	defer func() { w.Leave(satisfied) }()
+	defer w.Leave(true)
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -62,7 +65,6 @@ func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try func(ctx co
 		ok, retryIn, err := try(ctx, w)
 		switch {
 		case ok:
-			satisfied = true
 			return nil
 		case err != nil && Retryable(ctx, err):
 			lastErr = err
