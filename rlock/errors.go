@@ -21,6 +21,11 @@ var (
 	ErrLeaseLost = core.ErrLeaseLost
 	// ErrUnlocked is the cause of a lock context cancelled by its final Unlock.
 	ErrUnlocked = core.ErrUnlocked
+	// ErrUpgrade reports a Lock (or TryLock) of an RWMutex with a context that
+	// holds its read lock but not its write lock: an upgrade, refused because
+	// two readers upgrading at once would wait for each other forever.
+	// RUnlock first, then Lock (and check again what the read showed).
+	ErrUpgrade = errors.New("rlock: upgrade from read to write lock refused")
 	// ErrInvalidName reports a lock name or key prefix that cannot be used.
 	ErrInvalidName = errors.New("rlock: invalid name")
 	// ErrInvalidLease reports a lease, watchdog timeout or other duration

@@ -203,6 +203,9 @@ type holdLink struct {
 	name  string
 	h     *core.Hold
 	outer *holdLink
+	// base is the context the hold was taken with (set by RWMutex only: a
+	// read lock taken under its write lock derives from it, see RLock).
+	base context.Context
 }
 
 func (m *Mutex) holdOf(ctx context.Context) *core.Hold {

@@ -26,6 +26,17 @@ var (
 	//go:embed abandon.lua
 	abandonSrc string
 
+	//go:embed rw_lib.lua
+	rwLibSrc string
+	//go:embed rw_acquire.lua
+	rwAcquireSrc string
+	//go:embed rw_release.lua
+	rwReleaseSrc string
+	//go:embed rw_abandon.lua
+	rwAbandonSrc string
+	//go:embed rw_renew.lua
+	rwRenewSrc string
+
 	//go:embed sem_lib.lua
 	semLibSrc string
 	//go:embed sem_acquire.lua
@@ -49,6 +60,17 @@ var (
 	Renew       = rueidis.NewLuaScript(renewSrc)
 	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
 	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
+)
+
+// Scripts of the RWMutex. All but RWRenew share the helpers of mutex_lib.lua
+// and rw_lib.lua, prepended here so that every script stays a single
+// self-contained EVAL. Write holds are renewed by Renew (the writer hash is
+// a Mutex-shaped hash).
+var (
+	RWAcquire = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAcquireSrc)
+	RWRelease = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwReleaseSrc)
+	RWAbandon = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAbandonSrc)
+	RWRenew   = rueidis.NewLuaScript(rwRenewSrc)
 )
 
 // Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua,

@@ -1,0 +1,44 @@
+-- rw_abandon: give up an owner field of an RWMutex: a waiter that stops
+-- waiting, an acquisition whose outcome is unknown, or a hold whose release
+-- failed. Whatever order the scripts run in, the field ends up neither
+-- holding nor queued: the tombstone makes a late rw_acquire.lua refuse it.
+-- What is free afterwards goes to the head of the queue (see rw_lib.lua).
+-- Idempotent.
+--
+-- KEYS[1..7] the RWMutex keys (see rw_lib.lua)
+-- KEYS[8]    tombstone of the owner field
+-- ARGV[1]    owner field
+-- ARGV[2]    "r" or "w": what it asked for or holds
+-- ARGV[3]    its lease in milliseconds (its queue entry names it); also the
+--            tombstone's lifetime (a hold could not outlive it)
+-- ARGV[4]    "1" to leave the tombstone, "0" when no rw_acquire.lua for the
+--            owner can be in flight
+-- ARGV[5]    publish command: PUBLISH or SPUBLISH
+-- ARGV[6]    read channel
+-- ARGV[7]    grant channel prefix
+--
+-- Returns 1 when the field held the lock and was removed, 0 otherwise; a
+-- NOPERM error when the user may not set the lock's expiry (nothing changed).
+local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
+local denied = mutex_check_expire(KEYS[1])
+if denied then
+  return denied
+end
+if ARGV[4] == '1' then
+  redis.call('SET', KEYS[8], 1, 'PX', lease)
+end
+rw_dequeue(mode .. '/' .. lease .. '/' .. owner)
+local held = 0
+if mode == 'w' then
+  if redis.call('HEXISTS', KEYS[1], owner) == 1 then
+    redis.call('DEL', KEYS[1])
+    held = 1
+  end
+elseif redis.call('HEXISTS', KEYS[3], owner) == 1 then
+  rw_drop_reader(owner)
+  held = 1
+end
+local now = now_ms()
+rw_reclaim(now)
+rw_serve(now, nil, ARGV[5], ARGV[6], ARGV[7])
+return held

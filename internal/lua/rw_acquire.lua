@@ -1,0 +1,136 @@
+-- rw_acquire: take or re-enter the read or the write lock of an RWMutex, or
+-- queue for it (see rw_lib.lua for the keys and for how writer preference is
+-- kept). One script for the first attempt and every re-check of a waiter: a
+-- re-check finds the hold a release granted to the waiter while it was
+-- queued (and sets its lease afresh), or keeps its place in the queue.
+--
+-- KEYS[1..7] the RWMutex keys (see rw_lib.lua)
+-- KEYS[8]    tombstone of this owner field, written by rw_abandon.lua
+-- KEYS[9]    re-entry only: result latch of this request (same hash tag)
+-- ARGV[1]    owner field (client id ":" hold id)
+-- ARGV[2]    "r" for the read lock, "w" for the write lock
+-- ARGV[3]    lease in milliseconds (also the lease a queued waiter is granted)
+-- ARGV[4]    "1" to re-enter an existing hold of this owner, "0" otherwise
+-- ARGV[5]    "1" to join (or stay in) the queue when not acquired, "0" not to
+-- ARGV[6]    waiter lease in milliseconds: how long a queued waiter keeps its
+--            place without re-checking
+-- ARGV[7]    publish command: PUBLISH or SPUBLISH
+-- ARGV[8]    read channel: readers granted together are woken there
+-- ARGV[9]    grant channel prefix: a writer granted the lock is woken on it
+--            .. its client id
+-- ARGV[10]   read lock only: the owner field of a write hold of the caller,
+--            or '': a writer may take the read lock whoever waits
+-- ARGV[11]   re-entry only: latch lifetime in milliseconds
+--
+-- A re-entry is idempotent per request: a retry whose first attempt ran (its
+-- reply was lost) returns the count that attempt reached.
+--
+-- Returns an array:
+--   {1, token, count}  acquired (or found granted to this owner); token is the
+--                      fencing token (a writer's own; a reader gets the last
+--                      writer's), count the hold count; a re-entry's token is 0
+--   {0, wait}          not acquired; wait is how long (ms) a waiter may sleep
+--                      before something may change without a message (see
+--                      rw_wait), -1 when the writer hash has no expiry
+--   {-1}               a re-entry of a hold that is gone, or a read lock under
+--                      a write hold (ARGV[10]) that is gone
+--   {-2}               this owner field was abandoned
+--   a NOPERM error     the user may not set the lock's expiry: nothing changed
+local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
+local publish, readch, grants = ARGV[7], ARGV[8], ARGV[9]
+local denied = mutex_check_expire(KEYS[1])
+if denied then
+  return denied
+end
+local now = now_ms()
+
+if ARGV[4] == '1' then
+  local done = redis.call('GET', KEYS[9])
+  if done then
+    return {1, 0, tonumber(done)}
+  end
+  local count
+  if mode == 'w' then
+    if redis.call('HEXISTS', KEYS[1], owner) == 0 then
+      return {-1}
+    end
+    count = redis.call('HINCRBY', KEYS[1], owner, 1)
+    redis.call('PEXPIRE', KEYS[1], lease)
+  else
+    rw_reclaim(now)
+    if redis.call('HEXISTS', KEYS[3], owner) == 0 then
+      return {-1}
+    end
+    count = redis.call('HINCRBY', KEYS[3], owner, 1)
+    rw_renew_reader(now, owner, lease)
+  end
+  redis.call('SET', KEYS[9], count, 'PX', ARGV[11])
+  return {1, 0, count}
+end
+
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  return {-2}
+end
+rw_reclaim(now)
+
+-- The hold of this owner, if it has one: granted while it was queued (its
+-- message may be lost or late), or taken by an attempt whose reply was lost.
+local function held()
+  if mode == 'w' then
+    local v = redis.call('HMGET', KEYS[1], owner, 't')
+    if v[1] then
+      redis.call('PEXPIRE', KEYS[1], lease)
+      return {1, tonumber(v[2] or '0'), tonumber(v[1])}
+    end
+  else
+    local count = redis.call('HGET', KEYS[3], owner)
+    if count then
+      rw_renew_reader(now, owner, lease)
+      return {1, rw_token(false), tonumber(count)}
+    end
+  end
+  return nil
+end
+
+local mine = held()
+if mine then
+  return mine
+end
+if mode == 'r' and ARGV[10] ~= '' then
+  -- A writer taking the read lock (to keep it after its write Unlock): no
+  -- one else can hold it, and waiters must not stop it.
+  if redis.call('HEXISTS', KEYS[1], ARGV[10]) == 0 then
+    return {-1}
+  end
+  rw_grant_reader(now, owner, lease)
+  return {1, rw_token(false), 1}
+end
+
+-- The lock may be free for those queued first (a lease ran out, say).
+rw_serve(now, owner, publish, readch, grants)
+mine = held()
+if mine then
+  return mine
+end
+local entry = mode .. '/' .. lease .. '/' .. owner
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
+  if mode == 'r' then
+    rw_grant_reader(now, owner, lease)
+    return {1, rw_token(false), 1}
+  end
+  if redis.call('ZCARD', KEYS[2]) == 0 then
+    return {1, rw_grant_writer(owner, lease), 1}
+  end
+end
+
+if ARGV[5] == '1' then
+  if not redis.call('ZSCORE', KEYS[4], entry) then
+    redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[6]), entry)
+  end
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[6]), entry)
+  local last = tonumber(redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]) + 1
+  for i = 4, 6 do
+    redis.call('PEXPIREAT', KEYS[i], last)
+  end
+end
+return {0, rw_wait(now)}

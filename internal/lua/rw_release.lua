@@ -1,0 +1,61 @@
+-- rw_release: drop one level of a read or write hold of an RWMutex. The last
+-- level of a write hold frees the lock for the head of the queue: a writer, or
+-- every reader up to the next writer, woken by one message (see rw_lib.lua);
+-- the last reader to leave serves a writer at the head, woken by one message.
+-- Idempotent per request id: a retry of a release whose reply was lost
+-- returns the first outcome instead of releasing again.
+--
+-- KEYS[1..7] the RWMutex keys (see rw_lib.lua)
+-- KEYS[8]    result latch of this request (same hash tag)
+-- KEYS[9]    tombstone of this owner field (see ARGV[8])
+-- ARGV[1]    owner field
+-- ARGV[2]    "r" for a read hold, "w" for a write hold
+-- ARGV[3]    lease in milliseconds, set afresh while levels remain
+-- ARGV[4]    publish command: PUBLISH or SPUBLISH
+-- ARGV[5]    read channel
+-- ARGV[6]    grant channel prefix
+-- ARGV[7]    latch lifetime in milliseconds
+-- ARGV[8]    tombstone lifetime in milliseconds, or '0': when an acquisition
+--            attempt of this owner field may still run late (its reply was
+--            lost), freeing it leaves a tombstone so that it is refused
+--
+-- Returns {left}: the levels left (0: the hold is gone), or {-1} when the
+-- owner holds no such hold (never did, or its lease ran out).
+local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
+local denied = mutex_check_expire(KEYS[1])
+if denied then
+  return denied
+end
+local done = redis.call('GET', KEYS[8])
+if done then
+  return {tonumber(done)}
+end
+local now = now_ms()
+rw_reclaim(now)
+local key = KEYS[1]
+if mode == 'r' then
+  key = KEYS[3]
+end
+local count = redis.call('HGET', key, owner)
+if not count then
+  return {-1}
+end
+local left = tonumber(count) - 1
+if left > 0 then
+  redis.call('HSET', key, owner, left)
+  if mode == 'w' then
+    redis.call('PEXPIRE', KEYS[1], lease)
+  else
+    rw_renew_reader(now, owner, lease)
+  end
+else
+  mutex_bury(KEYS[9], ARGV[8])
+  if mode == 'w' then
+    redis.call('DEL', KEYS[1])
+  else
+    rw_drop_reader(owner)
+  end
+  rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6])
+end
+redis.call('SET', KEYS[8], left, 'PX', ARGV[7])
+return {left}

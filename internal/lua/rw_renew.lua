@@ -1,0 +1,34 @@
+-- rw_renew: extend the leases of many read holds of RWMutexes in one call
+-- (the watchdog's batch). Write holds are renewed by renew.lua, on the
+-- writer hash.
+--
+-- KEYS[2i-1] readers zset of hold i (see rw_lib.lua)
+-- KEYS[2i]   reader counts hash of hold i (same RWMutex)
+-- ARGV[1]    lease in milliseconds
+-- ARGV[i+1]  owner field of hold i
+--
+-- Returns an array with one entry per hold: 1 when the reader still held its
+-- read lock and its lease was extended, 0 when the hold is gone or its lease
+-- already ran out (nothing is changed). The zset and hash are kept alive past
+-- the new lease.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local at = now + tonumber(ARGV[1])
+local renewed = {}
+for i = 1, #KEYS / 2 do
+  local readers, counts, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  local expiry = redis.call('ZSCORE', readers, owner)
+  if expiry and tonumber(expiry) > now and redis.call('HEXISTS', counts, owner) == 1 then
+    redis.call('ZADD', readers, 'XX', at, owner)
+    for _, key in ipairs({readers, counts}) do
+      local pttl = redis.call('PTTL', key)
+      if pttl < 0 or now + pttl < at then
+        redis.call('PEXPIREAT', key, at + 1)
+      end
+    end
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed

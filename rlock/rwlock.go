@@ -1,0 +1,319 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
+)
+
+// errWriteHoldGone is what a read lock under a write hold learns when the
+// write hold is gone in Redis.
+var errWriteHoldGone = errors.New("the write hold it was taken under is gone")
+
+// lock takes the read or the write lock (write); wait makes it block.
+func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption) (context.Context, error) {
+	lc, err := newLockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	wait = wait && !lc.tryOnce
+	if err := rw.usable(); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if !rw.c.Enter() {
+		return nil, ErrClosed
+	}
+	defer rw.c.Exit()
+	wl, rl := rw.links(ctx)
+	a := &rwAcquisition{rw: rw, write: write, owner: rw.c.NewID(), lease: rw.c.Cfg.WatchdogTimeout, renew: true}
+	if lc.leaseSet {
+		a.lease, a.renew = lc.lease, false
+	}
+	if write {
+		switch {
+		case wl != nil && (!ended(wl.h) || rl == nil || ended(rl.h)):
+			return rw.reenter(ctx, wl.h, true, lc)
+		case rl != nil && !ended(rl.h):
+			return nil, fmt.Errorf("%w: the context holds the read lock %q; RUnlock it first", ErrUpgrade, rw.name)
+		}
+	} else {
+		switch {
+		case rl != nil:
+			return rw.reenter(ctx, rl.h, false, lc)
+		case wl != nil && !ended(wl.h):
+			// A downgrade in the making: granted at once, never queued.
+			a.via, a.base = wl.h.Owner, wl.base
+			wait = false
+		}
+	}
+
+	ok, retry, err := a.try(ctx, nil)
+	switch {
+	case err != nil && wait && core.Retryable(ctx, err):
+		// Retried with backoff by the wait below.
+	case err != nil:
+		if a.uncertain {
+			rwAbandon(rw.c, rw.keys, a.owner, write, a.lease, true)
+		}
+		return nil, a.failure(err)
+	case ok:
+		return a.hold(ctx)
+	case !wait:
+		return nil, fmt.Errorf("%w: %q (%s lock), free again in at most %v", ErrLocked, rw.name, lockWord(write), retry)
+	}
+	waitCtx := ctx
+	if lc.waitSet {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{lc.waitTimeout})
+		defer cancel()
+	}
+	channel := rw.keys.readCh
+	if write {
+		channel = rw.keys.grants
+	}
+	if err := rw.c.WaitFor(waitCtx, channel, 1, a.try); err != nil {
+		// Give up our place in the queue, and anything granted meanwhile,
+		// so that the next waiter is not held up.
+		rwAbandon(rw.c, rw.keys, a.owner, write, a.lease, true)
+		return nil, a.failure(err)
+	}
+	return a.hold(ctx)
+}
+
+// rwAcquisition is one RLock or Lock call's first acquisition, retried while
+// waiting under one owner id (so a re-check finds what a release granted it).
+type rwAcquisition struct {
+	rw    *RWMutex
+	write bool
+	owner string
+	lease time.Duration
+	renew bool
+	// via is the owner field of the caller's write hold (a read lock under
+	// it), and base the context that write hold was taken with.
+	via  string
+	base context.Context
+
+	ticket core.Ticket // dates the command that granted the lease
+	token  uint64
+	count  int64
+	// uncertain: an attempt's reply was lost; it may still run late.
+	uncertain bool
+	sawHolder bool  // Redis said the lock is taken
+	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
+}
+
+// try makes one attempt; with w set it queues (or keeps its place) when the
+// lock is taken, and a writer tags w so that its grant can wake it by name.
+func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	c := a.rw.c
+	if w != nil && a.write {
+		w.SetTag(a.owner)
+	}
+	t := c.NewTicket()
+	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, write: a.write, lease: a.lease, enqueue: w != nil, via: a.via})
+	if err != nil {
+		c.NoteError(err)
+		if ctx.Err() == nil {
+			a.lastErr, a.sawHolder = err, false
+		}
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+			a.uncertain = true // the next attempt finds what this one took
+		}
+		return false, 0, err
+	}
+	a.lastErr = nil
+	switch r.status {
+	case 1:
+		a.ticket, a.token, a.count = t, r.token, r.count
+		return true, 0, nil
+	case 0:
+		a.sawHolder = true
+		retry := c.RetryAfter(r.wait)
+		if w != nil {
+			// Re-check often enough to keep our place (see Mutex).
+			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
+		}
+		return false, retry, nil
+	case -1:
+		return false, 0, fmt.Errorf("%w: %w", ErrNotHeld, errWriteHoldGone)
+	default: // abandoned owner: never reuse it
+		a.owner = c.NewID()
+		return false, 0, nil
+	}
+}
+
+// failure is the error of a call that ends without the lock (see
+// acquisition.failure).
+func (a *rwAcquisition) failure(err error) error {
+	rw := a.rw
+	var timeout *waitTimeoutError
+	timedOut := errors.As(err, &timeout)
+	waitOver := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	what := lockWord(a.write) + " lock"
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, errWriteHoldGone):
+		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, ErrLeaseLost)
+	case !waitOver:
+		return rw.wrap(what, err)
+	case a.lastErr != nil:
+		return fmt.Errorf("%w: %s %q: %w; last error: %w", ErrUnavailable, what, rw.name, err, a.lastErr)
+	case timedOut && a.sawHolder:
+		return fmt.Errorf("%w: %q (%s) after waiting %v: %w", ErrLocked, rw.name, what, timeout.d, context.DeadlineExceeded)
+	case timedOut:
+		return fmt.Errorf("%w: %s %q: no answer from Redis: %w", ErrUnavailable, what, rw.name, err)
+	}
+	return rw.wrap(what, err)
+}
+
+// hold turns a successful acquisition into a lock context. If ctx ended in
+// the meantime the hold is given back, so a cancelled call never leaves one.
+func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
+	rw := a.rw
+	var lockCtx context.Context
+	var cancel context.CancelCauseFunc
+	if a.base != nil {
+		// A read lock under a write lock: it must outlive the write Unlock,
+		// which cancels the write lock context ctx derives from. It ends
+		// when the context the write lock was taken with does.
+		var cancelCtx context.CancelCauseFunc
+		lockCtx, cancelCtx = context.WithCancelCause(context.WithoutCancel(ctx))
+		base := a.base
+		stop := context.AfterFunc(base, func() { cancelCtx(context.Cause(base)) })
+		cancel = func(cause error) {
+			stop()
+			cancelCtx(cause)
+		}
+	} else {
+		lockCtx, cancel = context.WithCancelCause(ctx)
+	}
+	kind, key, name := rwReadKind, rw.keys.readers, rw.rname
+	if a.write {
+		kind, key, name = rwWriteKind, rw.keys.writer, rw.wname
+	}
+	h := rw.c.NewHold(kind, key, a.owner, a.token, a.lease, a.renew, cancel)
+	h.SetCount(a.count)
+	h.LateAttempts = a.uncertain
+	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
+		h.End(ErrUnlocked)
+		rwAbandon(rw.c, rw.keys, a.owner, a.write, a.lease, true)
+		if err == nil {
+			err = ErrClosed
+		}
+		return nil, rw.wrap(lockWord(a.write)+" lock", err)
+	}
+	h.Start(a.ticket)
+	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
+	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: rw.c, name: name, h: h, outer: outer, base: ctx}), nil
+}
+
+// reenter adds a level to h, idempotently per request, as Mutex.reenter does:
+// a count raised in Redis but unknown here would never be unlocked, so the
+// call is not abandoned halfway; an outcome still unknown after the unlock
+// timeout gives the whole hold up.
+func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc lockConfig) (context.Context, error) {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
+	what := lockWord(write)
+	if e, cause := h.State(); e {
+		return nil, rw.notHeld(what, cause)
+	}
+	lease, renewed := h.Lease()
+	newLease := lease
+	if lc.leaseSet {
+		newLease = lc.lease
+		h.SetLease(newLease, false) // a fixed lease from now on
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rw.c.Cfg.UnlockTimeout)
+	defer cancel()
+	requestID := rw.c.NewID()
+	t := h.Send(newLease)
+	var r rwAcquireReply
+	err := core.RetryTransient(callCtx, func() (err error) {
+		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner, write: write, lease: newLease, reentry: requestID})
+		rw.c.NoteError(err)
+		return err
+	})
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+			h.SetLease(lease, renewed) // refused before it changed anything
+			return nil, rw.wrap("re-enter "+what+" lock", err)
+		}
+		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, write, newLease, false)
+		})
+		return nil, rw.wrap("re-enter "+what+" lock", ae)
+	}
+	if r.status != 1 {
+		h.End(ErrLeaseLost)
+		return nil, rw.notHeld(what, ErrLeaseLost)
+	}
+	h.SetCount(r.count)
+	h.Extend(t, newLease)
+	return ctx, nil
+}
+
+func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
+	if rw.err != nil {
+		return rw.err
+	}
+	wl, rl := rw.links(lockCtx)
+	l := rl
+	if write {
+		l = wl
+	}
+	if l == nil {
+		return fmt.Errorf("%w: the context holds no %s lock %q", ErrNotHeld, lockWord(write), rw.name)
+	}
+	return rw.release(lockCtx, l.h, write, rw.c.NewID())
+}
+
+// release drops one level of h (see Mutex.release): retried with one request
+// id for up to the unlock timeout, and the hold given up when its outcome
+// stays unknown.
+func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, requestID string) error {
+	h.Serial.Lock()
+	defer h.Serial.Unlock()
+	what := lockWord(write)
+	if e, cause := h.State(); e {
+		return rw.notHeld(what, cause)
+	}
+	h.BeginRelease()
+	defer h.EndRelease()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), rw.c.Cfg.UnlockTimeout)
+	defer cancel()
+	lease, _ := h.Lease()
+	t := h.Send(lease)
+	var left int64
+	err := core.RetryTransient(ctx, func() (err error) {
+		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner, write, requestID, lease, h.LateAttempts)
+		rw.c.NoteError(err)
+		return err
+	})
+	switch {
+	case err != nil:
+		ae := h.Abandon("unlock", err, func(ctx context.Context) error {
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, write, lease, h.LateAttempts)
+		})
+		return rw.wrap("unlock "+what+" lock", ae)
+	case left < 0:
+		h.End(ErrLeaseLost)
+		return rw.notHeld(what, ErrLeaseLost)
+	case left == 0:
+		h.End(ErrUnlocked)
+	default:
+		h.SetCount(left)
+		h.Extend(t, lease)
+	}
+	return nil
+}

@@ -1,0 +1,630 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/rlock"
+)
+
+// rwKey is the Redis key of an RWMutex's part (see rw_lib.lua): "" for the
+// writer hash, ":r" readers, ":queue" waiters...
+func (e *ftEnv) rwKey(name, part string) string { return e.lockKey(name) + ":rw" + part }
+
+// rwQueuedIs waits until n waiters are queued for the RWMutex name.
+func (e *ftEnv) rwQueuedIs(name string, n int64) {
+	e.t.Helper()
+	e.eventually(ftPatience, strconv.FormatInt(n, 10)+" waiters queued for "+name, func() bool {
+		got, err := e.raw.Do(e.ctx, e.raw.B().Zcard().Key(e.rwKey(name, ":queue")).Build()).AsInt64()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return got == n
+	})
+}
+
+func rwLock(t *testing.T, ctx context.Context, rw *rlock.RWMutex, write bool, opts ...rlock.LockOption) context.Context {
+	t.Helper()
+	lock := rw.RLock
+	if write {
+		lock = rw.Lock
+	}
+	l, err := lock(ctx, opts...)
+	if err != nil {
+		t.Fatalf("lock %s (write %v): %v", rw, write, err)
+	}
+	return l
+}
+
+func rwUnlock(t *testing.T, rw *rlock.RWMutex, lockCtx context.Context, write bool) {
+	t.Helper()
+	unlock := rw.RUnlock
+	if write {
+		unlock = rw.Unlock
+	}
+	if err := unlock(lockCtx); err != nil {
+		t.Fatalf("unlock %s (write %v): %v", rw, write, err)
+	}
+}
+
+func mustLocked(t *testing.T, err error, what string) {
+	t.Helper()
+	if !errors.Is(err, rlock.ErrLocked) {
+		t.Fatalf("%s: got %v, want ErrLocked", what, err)
+	}
+}
+
+// Readers of several Clients hold the read lock at once; while they do, no
+// writer gets in.
+func TestRWReadersOverlap(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "overlap"
+	clients := []*rlock.Client{e.client(), e.client()}
+	const readers = 6
+	var inside sync.WaitGroup
+	inside.Add(readers)
+	all := make(chan struct{})
+	errs := make(chan error, readers)
+	for i := 0; i < readers; i++ {
+		rw := clients[i%2].RWMutex(name)
+		go func() {
+			l, err := rw.RLock(e.ctx)
+			if err != nil {
+				inside.Done()
+				errs <- err
+				return
+			}
+			inside.Done()
+			<-all // every reader holds the lock at this point
+			errs <- rw.RUnlock(l)
+		}()
+	}
+	inside.Wait()
+	_, err := clients[0].RWMutex(name).TryLock(e.ctx)
+	mustLocked(t, err, "TryLock while readers hold")
+	close(all)
+	for i := 0; i < readers; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := rwLock(t, e.ctx, clients[1].RWMutex(name), true)
+	rwUnlock(t, clients[1].RWMutex(name), l, true)
+}
+
+// The write lock excludes readers and other writers, under a mixed load of
+// both from several Clients.
+func TestRWWriterExcludes(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "exclusive"
+	a, b := e.client(), e.client()
+	w := rwLock(t, e.ctx, a.RWMutex(name), true)
+	_, err := b.RWMutex(name).TryRLock(e.ctx)
+	mustLocked(t, err, "TryRLock while a writer holds")
+	_, err = b.RWMutex(name).TryLock(e.ctx)
+	mustLocked(t, err, "TryLock while a writer holds")
+	_, err = a.RWMutex(name).TryLock(e.ctx) // another context is another owner
+	mustLocked(t, err, "TryLock of another context of the same Client")
+	rwUnlock(t, a.RWMutex(name), w, true)
+
+	var readers, writers atomic.Int64
+	var bad atomic.Value
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		rw := []*rlock.Client{a, b}[i%2].RWMutex(name)
+		write := i%3 == 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 15; j++ {
+				lock := rw.RLock
+				if write {
+					lock = rw.Lock
+				}
+				lc, err := lock(e.ctx)
+				if err != nil {
+					bad.Store(err.Error())
+					return
+				}
+				if write {
+					if writers.Add(1) != 1 || readers.Load() != 0 {
+						bad.Store("a writer was not alone")
+					}
+					writers.Add(-1)
+				} else {
+					readers.Add(1)
+					if writers.Load() != 0 {
+						bad.Store("a reader overlapped a writer")
+					}
+					readers.Add(-1)
+				}
+				unlock := rw.RUnlock
+				if write {
+					unlock = rw.Unlock
+				}
+				if err := unlock(lc); err != nil {
+					bad.Store(err.Error())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+}
+
+// Writer preference: a queued writer keeps new readers out (readers holding
+// may re-enter); readers that queued behind it enter, together, after it.
+func TestRWWriterPreference(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "preference"
+	a, b, c := e.client(), e.client(), e.client()
+	r1 := rwLock(t, e.ctx, a.RWMutex(name), false)
+	wGot := make(chan context.Context, 1)
+	go func() {
+		l, err := b.RWMutex(name).Lock(e.ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		wGot <- l
+	}()
+	e.rwQueuedIs(name, 1)
+	_, err := c.RWMutex(name).TryRLock(e.ctx)
+	mustLocked(t, err, "a new reader with a writer queued")
+	if _, err := a.RWMutex(name).RLock(r1); err != nil { // re-entry
+		t.Fatalf("a holding reader re-enters: %v", err)
+	}
+	const late = 3
+	rGot := make(chan error, late)
+	var readersIn sync.WaitGroup
+	readersIn.Add(late)
+	release := make(chan struct{})
+	for i := 0; i < late; i++ {
+		go func() {
+			l, err := c.RWMutex(name).RLock(e.ctx)
+			if err == nil {
+				readersIn.Done()
+				<-release
+				err = c.RWMutex(name).RUnlock(l)
+			}
+			rGot <- err
+		}()
+	}
+	e.rwQueuedIs(name, 1+late)
+	rwUnlock(t, a.RWMutex(name), r1, false)
+	select {
+	case <-wGot:
+		t.Fatal("the writer got in while a reader still held")
+	default:
+	}
+	rwUnlock(t, a.RWMutex(name), r1, false)
+	w := <-wGot
+	if w == nil {
+		t.FailNow()
+	}
+	e.rwQueuedIs(name, late) // the readers still wait, behind the writer
+	rwUnlock(t, b.RWMutex(name), w, true)
+	readersIn.Wait() // all of them hold at once
+	close(release)
+	for i := 0; i < late; i++ {
+		if err := <-rGot; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Under a continuous stream of overlapping readers (the lock is never free of
+// them), a writer waits about one reader hold, not forever.
+func TestRWNoWriterStarvation(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "starve"
+	rc := e.client()
+	const hold = 40 * time.Millisecond
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	first := make(chan struct{})
+	var firstOnce sync.Once
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rw := rc.RWMutex(name)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := rw.RLock(e.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				reads.Add(1)
+				firstOnce.Do(func() { close(first) })
+				time.Sleep(hold) // the reader's work, not synchronisation
+				if err := rw.RUnlock(l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	<-first
+	wc := e.client()
+	start := time.Now()
+	l, err := wc.RWMutex(name).Lock(e.ctx, rlock.WithWaitTimeout(20*time.Second))
+	waited := time.Since(start)
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("the writer starved: %v", err)
+	}
+	n := reads.Load()
+	rwUnlock(t, wc.RWMutex(name), l, true)
+	close(stop)
+	wg.Wait()
+	// About one hold (40ms) plus a few round trips; generous for -race on a
+	// busy machine.
+	if waited > 2*time.Second {
+		t.Fatalf("the writer waited %v behind readers holding %v each", waited, hold)
+	}
+	t.Logf("writer waited %v; %d reads meanwhile", waited, reads.Load()-n)
+}
+
+// A reader that crashes (its Client closed without RUnlock) keeps a writer out
+// for at most its lease; so does a crashed writer for readers.
+func TestRWCrashedHoldersFreeWithinLease(t *testing.T) {
+	e := ftNewEnv(t)
+	const wd = 500 * time.Millisecond
+	for _, write := range []bool{false, true} {
+		name := "crash-" + strconv.FormatBool(write)
+		crashed := e.client(rlock.WithWatchdogTimeout(wd))
+		live := e.client()
+		other := e.client()
+		// A live reader with its own renewed lease stays; only the crashed
+		// one's lease runs out.
+		rwLock(t, e.ctx, crashed.RWMutex(name), write)
+		if err := crashed.Close(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l := rwLock(t, e.ctx, live.RWMutex(name), !write, rlock.WithWaitTimeout(10*time.Second))
+		waited := time.Since(start)
+		if waited > wd+2*time.Second {
+			t.Fatalf("write %v: the lock was free only after %v, lease %v", write, waited, wd)
+		}
+		rwUnlock(t, live.RWMutex(name), l, !write)
+		l = rwLock(t, e.ctx, other.RWMutex(name), true)
+		rwUnlock(t, other.RWMutex(name), l, true)
+	}
+}
+
+// Each reader has a lease of its own: one that runs out ends that reader's
+// hold only; the others keep theirs, and keep writers out.
+func TestRWReaderOwnLease(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "own-lease"
+	a, b := e.client(), e.client()
+	short := rwLock(t, e.ctx, a.RWMutex(name), false, rlock.WithLease(400*time.Millisecond))
+	long := rwLock(t, e.ctx, b.RWMutex(name), false)
+	scores, err := e.raw.Do(e.ctx, e.raw.B().Zrange().Key(e.rwKey(name, ":r")).Min("0").Max("-1").Withscores().Build()).AsZScores()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scores) != 2 || scores[1].Score-scores[0].Score < float64((rlock.DefaultWatchdogTimeout-time.Second)/time.Millisecond) {
+		t.Fatalf("reader leases %v: want one of 400ms and one of the watchdog's", scores)
+	}
+	<-short.Done()
+	if !errors.Is(context.Cause(short), rlock.ErrLeaseLost) {
+		t.Fatalf("short reader ended by %v, want ErrLeaseLost", context.Cause(short))
+	}
+	if n, err := b.RWMutex(name).HoldCount(long); err != nil || n != 1 {
+		t.Fatalf("the other reader: HoldCount %d, %v; want 1", n, err)
+	}
+	_, err = a.RWMutex(name).TryLock(e.ctx)
+	mustLocked(t, err, "TryLock while the other reader holds")
+	if err := a.RWMutex(name).RUnlock(short); !errors.Is(err, rlock.ErrNotHeld) || !errors.Is(err, rlock.ErrLeaseLost) {
+		t.Fatalf("RUnlock of an expired reader: %v, want ErrNotHeld and ErrLeaseLost", err)
+	}
+	rwUnlock(t, b.RWMutex(name), long, false)
+	l := rwLock(t, e.ctx, a.RWMutex(name), true)
+	rwUnlock(t, a.RWMutex(name), l, true)
+}
+
+// A writer takes the read lock and keeps it after its write Unlock; a
+// queued reader enters at that Unlock, a writer does not.
+func TestRWDowngrade(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "downgrade"
+	a, b := e.client(), e.client()
+	rw := a.RWMutex(name)
+	w := rwLock(t, e.ctx, rw, true)
+	wTok, _ := rw.Token(w)
+	r, err := rw.RLock(w) // under the write hold: at once
+	if err != nil {
+		t.Fatalf("RLock under the write lock: %v", err)
+	}
+	_, err = b.RWMutex(name).TryRLock(e.ctx)
+	mustLocked(t, err, "another reader while the writer holds")
+	queued := make(chan error, 1)
+	go func() {
+		l, err := b.RWMutex(name).RLock(e.ctx)
+		if err == nil {
+			err = b.RWMutex(name).RUnlock(l)
+		}
+		queued <- err
+	}()
+	e.rwQueuedIs(name, 1)
+	rwUnlock(t, rw, r, true) // the write lock, through the read lock's context
+	if err := <-queued; err != nil {
+		t.Fatalf("the queued reader after the downgrade: %v", err)
+	}
+	if r.Err() != nil || w.Err() == nil {
+		t.Fatalf("after the write Unlock: read lock context %v (want live), write lock context %v (want ended)", r.Err(), w.Err())
+	}
+	if tok, _ := rw.Token(r); tok != wTok {
+		t.Fatalf("the downgraded reader's token %d, want the writer's %d", tok, wTok)
+	}
+	_, err = b.RWMutex(name).TryLock(e.ctx)
+	mustLocked(t, err, "a writer while the downgraded reader holds")
+	if _, err := rw.Lock(r); !errors.Is(err, rlock.ErrUpgrade) {
+		t.Fatalf("Lock with the downgraded read context: %v, want ErrUpgrade", err)
+	}
+	rwUnlock(t, rw, r, false)
+}
+
+// An upgrade is refused with ErrUpgrade, without waiting.
+func TestRWUpgradeRefused(t *testing.T) {
+	e := ftNewEnv(t)
+	rw := e.client().RWMutex("upgrade")
+	r := rwLock(t, e.ctx, rw, false)
+	for _, lock := range []func(context.Context, ...rlock.LockOption) (context.Context, error){rw.Lock, rw.TryLock} {
+		if _, err := lock(r); !errors.Is(err, rlock.ErrUpgrade) {
+			t.Fatalf("write lock with a read lock context: %v, want ErrUpgrade", err)
+		}
+	}
+	rwUnlock(t, rw, r, false)
+	w := rwLock(t, e.ctx, rw, true)
+	rwUnlock(t, rw, w, true)
+}
+
+// Both locks are reentrant: each level needs its own unlock, and only the
+// last frees the lock.
+func TestRWReentrant(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "reentrant"
+	a, b := e.client(), e.client()
+	rw := a.RWMutex(name)
+	for _, write := range []bool{false, true} {
+		l := rwLock(t, e.ctx, rw, write)
+		for i := 2; i <= 3; i++ {
+			if again := rwLock(t, l, rw, write); again != l {
+				t.Fatalf("write %v: re-entry returned another context", write)
+			}
+			if n, err := rw.HoldCount(l); err != nil || n != i {
+				t.Fatalf("write %v: HoldCount %d, %v; want %d", write, n, err, i)
+			}
+		}
+		var w context.Context
+		for i := 2; i >= 0; i-- {
+			rwUnlock(t, rw, l, write)
+			var err error
+			w, err = b.RWMutex(name).TryLock(e.ctx)
+			if i > 0 {
+				mustLocked(t, err, "TryLock while levels remain")
+				if l.Err() != nil {
+					t.Fatalf("write %v: lock context ended with %d levels left", write, i)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("write %v: TryLock after the last level: %v", write, err)
+			}
+			if !errors.Is(context.Cause(l), rlock.ErrUnlocked) {
+				t.Fatalf("write %v: lock context ended by %v", write, context.Cause(l))
+			}
+		}
+		rwUnlock(t, b.RWMutex(name), w, true)
+	}
+}
+
+// Writers' tokens rise strictly; readers share the last writer's.
+func TestRWTokens(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "tokens"
+	a, b := e.client(), e.client()
+	var last uint64
+	for i := 0; i < 3; i++ {
+		w := rwLock(t, e.ctx, a.RWMutex(name), true)
+		tok, err := a.RWMutex(name).Token(w)
+		if err != nil || tok <= last {
+			t.Fatalf("writer %d: token %d (%v), last %d", i, tok, err, last)
+		}
+		last = tok
+		rwUnlock(t, a.RWMutex(name), w, true)
+		r1 := rwLock(t, e.ctx, a.RWMutex(name), false)
+		r2 := rwLock(t, e.ctx, b.RWMutex(name), false)
+		t1, _ := a.RWMutex(name).Token(r1)
+		t2, _ := b.RWMutex(name).Token(r2)
+		if t1 != tok || t2 != tok {
+			t.Fatalf("readers' tokens %d and %d, want the writer's %d", t1, t2, tok)
+		}
+		rwUnlock(t, a.RWMutex(name), r1, false)
+		rwUnlock(t, b.RWMutex(name), r2, false)
+	}
+	if _, err := a.RWMutex(name).Token(e.ctx); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Fatalf("Token without a hold: %v", err)
+	}
+}
+
+// A write release wakes every reader it admits with one message; the last
+// read release wakes the queued writer with one message.
+func TestRWOneMessagePerRelease(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "messages"
+	wc, rc := e.client(), e.client()
+	w := rwLock(t, e.ctx, wc.RWMutex(name), true)
+	const readers = 5
+	in := make(chan context.Context, readers)
+	for i := 0; i < readers; i++ {
+		go func() {
+			l, err := rc.RWMutex(name).RLock(e.ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			in <- l
+		}()
+	}
+	e.rwQueuedIs(name, readers)
+	before := rc.PubSubStats().Messages
+	rwUnlock(t, wc.RWMutex(name), w, true)
+	var held []context.Context
+	for i := 0; i < readers; i++ {
+		l := <-in
+		if l == nil {
+			t.FailNow()
+		}
+		held = append(held, l)
+	}
+	if got := rc.PubSubStats().Messages - before; got != 1 {
+		t.Fatalf("the write release admitting %d readers delivered %d messages, want 1", readers, got)
+	}
+
+	wGot := make(chan context.Context, 1)
+	go func() {
+		l, err := wc.RWMutex(name).Lock(e.ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		wGot <- l
+	}()
+	e.rwQueuedIs(name, 1)
+	before = wc.PubSubStats().Messages
+	readBefore := rc.PubSubStats().Messages
+	for _, l := range held {
+		rwUnlock(t, rc.RWMutex(name), l, false)
+	}
+	w = <-wGot
+	if w == nil {
+		t.FailNow()
+	}
+	if got := wc.PubSubStats().Messages - before; got != 1 {
+		t.Fatalf("the last read release delivered %d messages to the writer, want 1", got)
+	}
+	if got := rc.PubSubStats().Messages - readBefore; got != 0 {
+		t.Fatalf("read releases delivered %d messages to readers, want 0", got)
+	}
+	rwUnlock(t, wc.RWMutex(name), w, true)
+}
+
+// Bad input is refused with an error naming it, never a panic, and nothing
+// is left in Redis.
+func TestRWBadInput(t *testing.T) {
+	e := ftNewEnv(t)
+	c := e.client()
+	bad := c.RWMutex("")
+	for what, err := range map[string]error{
+		"RLock":    second(bad.RLock(e.ctx)),
+		"TryRLock": second(bad.TryRLock(e.ctx)),
+		"Lock":     second(bad.Lock(e.ctx)),
+		"TryLock":  second(bad.TryLock(e.ctx)),
+		"RUnlock":  bad.RUnlock(e.ctx),
+		"Unlock":   bad.Unlock(e.ctx),
+		"Token":    second(bad.Token(e.ctx)),
+		"HoldCount": func() error {
+			_, err := bad.HoldCount(e.ctx)
+			return err
+		}(),
+	} {
+		if !errors.Is(err, rlock.ErrInvalidName) {
+			t.Errorf("%s on an empty name: %v, want ErrInvalidName", what, err)
+		}
+	}
+	if !errors.Is(second(c.RWMutex("a{b}").Lock(e.ctx)), rlock.ErrInvalidName) {
+		t.Error("a name with braces was accepted")
+	}
+	rw := c.RWMutex("bad-input")
+	for _, d := range []time.Duration{0, -time.Second, rlock.MaxLease + 1} {
+		if err := second(rw.RLock(e.ctx, rlock.WithLease(d))); !errors.Is(err, rlock.ErrInvalidLease) {
+			t.Errorf("RLock WithLease(%v): %v, want ErrInvalidLease", d, err)
+		}
+		if err := second(rw.Lock(e.ctx, rlock.WithLease(d))); !errors.Is(err, rlock.ErrInvalidLease) {
+			t.Errorf("Lock WithLease(%v): %v, want ErrInvalidLease", d, err)
+		}
+	}
+	if err := second(rw.Lock(e.ctx, rlock.WithWaitTimeout(-1))); !errors.Is(err, rlock.ErrInvalidLease) {
+		t.Errorf("WithWaitTimeout(-1): %v", err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if err := second(rw.RLock(nil)); !errors.Is(err, rlock.ErrInvalidOption) { //nolint:staticcheck
+		t.Errorf("RLock(nil): %v, want ErrInvalidOption", err)
+	}
+	if err := rw.RUnlock(e.ctx); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Errorf("RUnlock without a hold: %v, want ErrNotHeld", err)
+	}
+	if keys, err := e.srv.Keys(e.ctx, e.prefix+"*"); err != nil || len(keys) > 0 {
+		t.Errorf("bad input left keys: %v (%v)", keys, err)
+	}
+	r := rwLock(t, e.ctx, rw, false)
+	if err := rw.Unlock(r); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Errorf("Unlock of a read hold: %v, want ErrNotHeld", err)
+	}
+	rwUnlock(t, rw, r, false)
+	if err := rw.RUnlock(r); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Errorf("a second RUnlock: %v, want ErrNotHeld", err)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// Every key of an RWMutex expires once it is idle: after holds, waits,
+// re-entries and a wait that timed out, no key is left without a TTL.
+func TestRWKeysExpire(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "expire"
+	a, b := e.client(), e.client()
+	w := rwLock(t, e.ctx, a.RWMutex(name), true)
+	done := make(chan error, 1)
+	go func() {
+		l, err := b.RWMutex(name).RLock(e.ctx)
+		if err == nil {
+			_, err = b.RWMutex(name).RLock(l)
+		}
+		if err == nil {
+			err = b.RWMutex(name).RUnlock(l)
+		}
+		if err == nil {
+			err = b.RWMutex(name).RUnlock(l)
+		}
+		done <- err
+	}()
+	e.rwQueuedIs(name, 1)
+	_, err := b.RWMutex(name).Lock(e.ctx, rlock.WithWaitTimeout(50*time.Millisecond))
+	mustLocked(t, err, "Lock with a wait timeout")
+	rwUnlock(t, a.RWMutex(name), w, true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.rwQueuedIs(name, 0) // the timed-out writer gave its place up
+	snap, err := e.srv.Snapshot(e.ctx, e.prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap) == 0 {
+		t.Fatal("no keys at all: the test looks at the wrong prefix")
+	}
+	for k, st := range snap {
+		if !st.HasExpiry {
+			t.Errorf("key %s has no expiry", k)
+		}
+	}
+}

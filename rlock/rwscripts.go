@@ -1,0 +1,167 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/lua"
+)
+
+// rwKeys names everything one RWMutex owns in Redis (see rw_lib.lua). All of
+// it shares the hash tag {name}, under a stem of its own (":rw"), so that a
+// Mutex or semaphore of the same name is another lock.
+type rwKeys struct {
+	writer  string // hash: the writer's owner field -> count, 't' -> token
+	readers string // zset: reader owner field -> lease expiry
+	counts  string // hash: reader owner field -> count (readers + ":n")
+	queue   string // zset: waiter entry -> arrival number
+	waiters string // zset: waiter entry -> deadline
+	seq     string // arrival counter
+	fence   string // fencing counter
+	readCh  string // readers granted together are woken here
+	// grants is this Client's grant channel, where its writers are woken;
+	// grantPrefix is that of every Client.
+	grants      string
+	grantPrefix string
+}
+
+func newRWKeys(prefix, name, clientID string) rwKeys {
+	base := core.Base(prefix, name) + ":rw"
+	return rwKeys{
+		writer:      base,
+		readers:     base + ":r",
+		counts:      base + ":r:n",
+		queue:       base + ":queue",
+		waiters:     base + ":waiters",
+		seq:         base + ":seq",
+		fence:       base + ":fence",
+		readCh:      base + ":read",
+		grants:      core.GrantChannel(base, clientID),
+		grantPrefix: core.GrantChannelPrefix(base),
+	}
+}
+
+// countsKey is the reader counts hash beside a readers zset (a read hold's Key).
+func countsKey(readers string) string { return readers + ":n" }
+
+func (k rwKeys) latch(requestID string) string { return k.writer + ":latch:" + requestID }
+
+func (k rwKeys) tombstone(owner string) string { return k.writer + ":gone:" + owner }
+
+// with returns the seven keys every RWMutex script but rw_renew.lua takes
+// first, followed by extra.
+func (k rwKeys) with(extra ...string) []string {
+	return append([]string{k.writer, k.readers, k.counts, k.queue, k.waiters, k.seq, k.fence}, extra...)
+}
+
+func modeArg(write bool) string {
+	if write {
+		return "w"
+	}
+	return "r"
+}
+
+// rwAcquireArgs is one call of rw_acquire.lua.
+type rwAcquireArgs struct {
+	owner   string
+	write   bool
+	lease   time.Duration
+	enqueue bool   // join (or stay in) the queue when not acquired
+	via     string // owner field of the caller's write hold, for a read lock
+	reentry string // request id of a re-entry; "" for a first acquisition
+}
+
+// rwAcquireReply is rw_acquire.lua's answer.
+type rwAcquireReply struct {
+	status int64 // 1 acquired, 0 not, -1 hold (or the write hold under it) gone, -2 abandoned owner
+	token  uint64
+	count  int64
+	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+}
+
+func parseRWAcquireReply(vals []int64) (rwAcquireReply, error) {
+	switch {
+	case len(vals) == 3 && vals[0] == 1 && vals[1] >= 0 && vals[2] >= 1:
+		return rwAcquireReply{status: 1, token: uint64(vals[1]), count: vals[2]}, nil
+	case len(vals) == 2 && vals[0] == 0 && vals[1] >= -1:
+		return rwAcquireReply{wait: vals[1]}, nil
+	case len(vals) == 1 && (vals[0] == -1 || vals[0] == -2):
+		return rwAcquireReply{status: vals[0]}, nil
+	}
+	return rwAcquireReply{}, fmt.Errorf("rlock: unexpected rwmutex acquire reply %v", vals)
+}
+
+func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireArgs) (rwAcquireReply, error) {
+	latch := k.writer // unused unless re-entering
+	if a.reentry != "" {
+		latch = k.latch(a.reentry)
+	}
+	vals, err := lua.RWAcquire.Exec(ctx, c.RC, k.with(k.tombstone(a.owner), latch),
+		[]string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)),
+			publishCommand, k.readCh, k.grantPrefix, a.via, latchLifetime(c)}).AsIntSlice()
+	if err != nil {
+		return rwAcquireReply{}, err
+	}
+	return parseRWAcquireReply(vals)
+}
+
+// rwReleaseScript runs rw_release.lua: it returns the levels left, or -1 when
+// owner holds no such hold. bury leaves a tombstone of owner when the hold
+// ends: an acquisition attempt of it may still run late.
+func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, requestID string, lease time.Duration, bury bool) (int64, error) {
+	tombstone := "0"
+	if bury {
+		tombstone = ms(c.Cfg.WatchdogTimeout)
+	}
+	vals, err := lua.RWRelease.Exec(ctx, c.RC, k.with(k.latch(requestID), k.tombstone(owner)),
+		[]string{owner, modeArg(write), ms(lease), publishCommand, k.readCh, k.grantPrefix, latchLifetime(c), tombstone}).AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) != 1 || vals[0] < -1 {
+		return 0, fmt.Errorf("rlock: unexpected rwmutex release reply %v", vals)
+	}
+	return vals[0], nil
+}
+
+func rwAbandonScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, lease time.Duration, tombstone bool) error {
+	return lua.RWAbandon.Exec(ctx, c.RC, k.with(k.tombstone(owner)),
+		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand, k.readCh, k.grantPrefix}).Error()
+}
+
+// rwAbandon makes sure owner neither holds nor waits, in the background: the
+// outcome of its acquisition is unknown, or it stops waiting.
+func rwAbandon(c *core.Client, k rwKeys, owner string, write bool, lease time.Duration, tombstone bool) {
+	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		_ = core.RetryTransient(ctx, func() error {
+			err := rwAbandonScript(ctx, c, k, owner, write, lease, tombstone)
+			c.NoteError(err)
+			return err
+		})
+	})
+}
+
+// Write holds live in a Mutex-shaped hash (owner field -> count), which
+// renew.lua renews; read holds each have a lease of their own in the readers
+// zset, which rw_renew.lua renews.
+var (
+	rwWriteKind = &core.Kind{Name: "rwmutex-write", Renew: renewScript}
+	rwReadKind  = &core.Kind{Name: "rwmutex-read", Renew: rwRenewScript}
+)
+
+func rwRenewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease time.Duration) ([]int64, error) {
+	keys := make([]string, 0, 2*len(group))
+	args := make([]string, 1, len(group)+1)
+	args[0] = ms(lease)
+	for _, h := range group {
+		keys = append(keys, h.Key, countsKey(h.Key))
+		args = append(args, h.Owner)
+	}
+	vals, err := lua.RWRenew.Exec(ctx, c.RC, keys, args).AsIntSlice()
+	if err == nil && len(vals) != len(group) {
+		err = fmt.Errorf("rlock: unexpected rwmutex renew reply of %d entries for %d holds", len(vals), len(group))
+	}
+	return vals, err
+}
