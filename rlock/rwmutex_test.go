@@ -220,64 +220,64 @@ func TestRWWriterPreference(t *testing.T) {
 	}
 }
 
-// Under a continuous stream of overlapping readers (the lock is never free of
-// them), a writer waits about one reader hold, not forever.
+// Under a continuous stream of overlapping readers (a new one every 10ms,
+// each holding 100ms: the lock is never free of them), a writer waits about
+// one reader hold, not forever.
 func TestRWNoWriterStarvation(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "starve"
 	rc := e.client()
-	const hold = 40 * time.Millisecond
+	const hold = 100 * time.Millisecond
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reads atomic.Int64
-	first := make(chan struct{})
-	var firstOnce sync.Once
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rw := rc.RWMutex(name)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, err := rw.RLock(e.ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				reads.Add(1)
-				firstOnce.Do(func() { close(first) })
-				time.Sleep(hold) // the reader's work, not synchronisation
-				if err := rw.RUnlock(l); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
+	reader := func() {
+		defer wg.Done()
+		rw := rc.RWMutex(name)
+		l, err := rw.RLock(e.ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		reads.Add(1)
+		time.Sleep(hold) // the reader's work, not synchronisation
+		if err := rw.RUnlock(l); err != nil {
+			t.Error(err)
+		}
 	}
-	<-first
+	wg.Add(1)
+	go func() { // the stream
+		defer wg.Done()
+		tick := time.NewTicker(hold / 10)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				wg.Add(1)
+				go reader()
+			}
+		}
+	}()
+	e.eventually(ftPatience, "readers in", func() bool { return reads.Load() >= 10 })
 	wc := e.client()
 	start := time.Now()
-	l, err := wc.RWMutex(name).Lock(e.ctx, rlock.WithWaitTimeout(20*time.Second))
+	l, err := wc.RWMutex(name).Lock(e.ctx, rlock.WithWaitTimeout(5*time.Second))
 	waited := time.Since(start)
+	close(stop)
 	if err != nil {
-		close(stop)
 		wg.Wait()
 		t.Fatalf("the writer starved: %v", err)
 	}
-	n := reads.Load()
 	rwUnlock(t, wc.RWMutex(name), l, true)
-	close(stop)
 	wg.Wait()
-	// About one hold (40ms) plus a few round trips; generous for -race on a
-	// busy machine.
+	// About one hold (100ms) plus a few round trips; generous for -race on
+	// a busy machine.
 	if waited > 2*time.Second {
 		t.Fatalf("the writer waited %v behind readers holding %v each", waited, hold)
 	}
-	t.Logf("writer waited %v; %d reads meanwhile", waited, reads.Load()-n)
+	t.Logf("writer waited %v; %d reads in all", waited, reads.Load())
 }
 
 // A reader that crashes (its Client closed without RUnlock) keeps a writer out
