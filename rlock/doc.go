@@ -112,9 +112,15 @@
 // Without fencing, the lock still keeps contending workers from duplicating
 // effort almost always; with fencing, stale holders cannot do harm.
 //
+// # Read/write locks
+//
+// Client.RWMutex returns a reentrant reader/writer lock with writer
+// preference, a lease per reader, downgrade and fencing tokens for writers;
+// see RWMutex.
+//
 // # Errors
 //
 // Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
+// ErrLeaseLost, ErrUpgrade, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
 // context errors; test them with errors.Is.
 package rlock

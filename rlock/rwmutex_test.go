@@ -628,3 +628,50 @@ func TestRWKeysExpire(t *testing.T) {
 		}
 	}
 }
+
+// Lost replies: a release retried after its reply was lost does not count
+// twice; a blocking acquisition whose reply was lost finds the hold its
+// first attempt took; a TryLock whose reply was lost gives that hold back.
+// (The RWMutex scripts are "other" to ftScript.)
+func TestRWLostReplies(t *testing.T) {
+	e := ftNewEnv(t)
+	fc := ftFaulty(t, e.srv)
+	c := e.clientOn(fc)
+	other := e.client()
+	for _, write := range []bool{false, true} {
+		name := "lost-" + strconv.FormatBool(write)
+		rw := c.RWMutex(name)
+		l := rwLock(t, e.ctx, rw, write)
+		rwLock(t, l, rw, write)
+		fc.set(once("other", ftLoseReply))
+		rwUnlock(t, rw, l, write)
+		if n, err := rw.HoldCount(l); err != nil || n != 1 {
+			t.Fatalf("write %v: HoldCount %d, %v after a retried release; want 1", write, n, err)
+		}
+		rwUnlock(t, rw, l, write)
+
+		fc.set(once("other", ftLoseReply))
+		l = rwLock(t, e.ctx, rw, write)
+		if n, err := rw.HoldCount(l); err != nil || n != 1 {
+			t.Fatalf("write %v: HoldCount %d, %v after a lost acquisition reply; want 1", write, n, err)
+		}
+		_, err := other.RWMutex(name).TryLock(e.ctx)
+		mustLocked(t, err, "TryLock of another Client")
+		rwUnlock(t, rw, l, write)
+
+		fc.set(once("other", ftLoseReply))
+		lock := rw.TryRLock
+		if write {
+			lock = rw.TryLock
+		}
+		if _, err := lock(e.ctx); err == nil {
+			t.Fatalf("write %v: a try whose reply was lost succeeded", write)
+		}
+		var w context.Context
+		e.eventually(ftPatience, "the lost try's hold given back", func() bool {
+			w, err = other.RWMutex(name).TryLock(e.ctx)
+			return err == nil
+		})
+		rwUnlock(t, other.RWMutex(name), w, true)
+	}
+}
