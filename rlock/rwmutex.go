@@ -49,7 +49,9 @@ import (
 // grants nothing Redis did not. Every wait is also bounded by the lease of the
 // holders (the writer's, or the earliest reader's), so a lost message costs
 // at most one lease. A grant that no process hears (the waiters' Clients are
-// gone) is undone at once and the next waiter served.
+// gone) is undone at once and the next waiter served; a reader whose Client
+// is gone but who is admitted together with live readers holds its read lock
+// for one lease, as a crashed reader does.
 //
 // # Fencing
 //

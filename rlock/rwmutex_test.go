@@ -564,9 +564,15 @@ func TestRWBadInput(t *testing.T) {
 	if err := second(rw.Lock(e.ctx, rlock.WithWaitTimeout(-1))); !errors.Is(err, rlock.ErrInvalidLease) {
 		t.Errorf("WithWaitTimeout(-1): %v", err)
 	}
-	//lint:ignore SA1012 a nil context is the bad input under test
-	if err := second(rw.RLock(nil)); !errors.Is(err, rlock.ErrInvalidOption) { //nolint:staticcheck
+	var nilCtx context.Context
+	if err := second(rw.RLock(nilCtx)); !errors.Is(err, rlock.ErrInvalidOption) {
 		t.Errorf("RLock(nil): %v, want ErrInvalidOption", err)
+	}
+	if err := second(rw.Lock(nilCtx)); !errors.Is(err, rlock.ErrInvalidOption) {
+		t.Errorf("Lock(nil): %v, want ErrInvalidOption", err)
+	}
+	if err := rw.Unlock(nilCtx); !errors.Is(err, rlock.ErrNotHeld) {
+		t.Errorf("Unlock(nil): %v, want ErrNotHeld", err)
 	}
 	if err := rw.RUnlock(e.ctx); !errors.Is(err, rlock.ErrNotHeld) {
 		t.Errorf("RUnlock without a hold: %v, want ErrNotHeld", err)
