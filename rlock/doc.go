@@ -74,6 +74,13 @@
 // acquisition. Each hold then costs a hand-off through Redis (one script and
 // one message), which a cohort spares most holds.
 //
+// # Several locks at once
+//
+// Client.MultiLock takes a set of locks all or nothing, in one order (the
+// sorted names) so that overlapping sets never deadlock, waiting on the lock
+// that blocked it as a Mutex does; see MultiLock for how order and
+// atomicity are kept when the locks live in different cluster slots.
+//
 // # Usage
 //
 //	c, err := rlock.New(rueidisClient)
