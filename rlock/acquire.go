@@ -30,6 +30,12 @@ import (
 //	            wait over (ctx, wait timeout, Close) -> failed (place given up)
 //	held      a Hold is registered; the lock context is returned
 //
+// A fair Mutex (Client.FairMutex, WithFIFO) skips the cohort state and takes
+// no lock kept for its Client: a blocking Lock goes attempt -> queued, its own
+// owner id queued in Redis whatever other goroutines of its Client do, so the
+// Redis queue's order is the acquisition order; once held it forms no cohort,
+// and its final release always goes through Redis (see Mutex.release).
+//
 // An attempt whose reply is lost leaves the owner id in place: the next
 // attempt finds the hold or the queue place it may have made, and the hold's
 // final release (or the abandon when the call fails) leaves a tombstone
@@ -58,7 +64,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
-	if a.renew {
+	if a.renew && !m.fair {
 		// The lock kept for this Client after its last Unlock (a turn).
 		if a.pass = m.t.unpark(m); a.pass != nil {
 			return a.hold(ctx)
@@ -109,7 +115,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		}
 		return false, nil, nil // the leader now: queue in Redis
 	}
-	a.cohort = wait && a.renew
+	a.cohort = wait && a.renew && !m.fair
 	// A first attempt, unless the lock is known to be contended: goroutines
 	// of this Client hold or wait for it (then the attempt could only fail).
 	// A blocking Lock whose channel is subscribed already (it lingers after
@@ -291,8 +297,8 @@ func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 // lock, from a subscription that has been live since before the acquisition
 // (w's): ForceUnlock tells a holder so (see cohort.watch).
 func (a *acquisition) listen(w *pubsub.Waiter) {
-	if !a.renew || a.watch != nil {
-		return // only watchdog holds pass the lock on
+	if !a.renew || a.m.fair || a.watch != nil {
+		return // only cohorting watchdog holds pass the lock on
 	}
 	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
 		l.IgnoreBudget()

@@ -14,8 +14,9 @@ import (
 // one per process (or per rueidis.Client) with New, share it between
 // goroutines, and Close it on shutdown. Package semaphore builds on it too.
 type Client struct {
-	c *core.Client
-	t *cohorts
+	c    *core.Client
+	t    *cohorts
+	fifo bool // see WithFIFO
 }
 
 func init() {
@@ -58,7 +59,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	return &Client{c: c, t: newCohorts(cfg.linger)}, nil
+	return &Client{c: c, t: newCohorts(cfg.linger), fifo: cfg.fifo}, nil
 }
 
 // ID is the Client's owner identity, a random UUID. Hash fields of its holds
@@ -73,8 +74,39 @@ func (c *Client) PubSubStats() pubsub.Stats { return c.c.Mux.Stats() }
 // Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
 // a name bound to the Client, and any number may exist. An invalid name is
 // reported by every method of the returned Mutex, wrapped in ErrInvalidName.
+// With WithFIFO the Mutex is strictly fair, as FairMutex's.
 func (c *Client) Mutex(name string) *Mutex {
-	return &Mutex{c: c.c, t: c.t, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name, c.c.ID)}
+	return c.mutex(name, c.fifo)
+}
+
+// FairMutex returns the lock called name in strict FIFO mode (Redisson's
+// RFairLock): every Lock call queues in Redis under its own owner id, and the
+// lock is acquired in the order of that queue, which is the order in which the
+// calls found the lock taken, across every goroutine of every process.
+//
+// The price is the cohort's savings: the goroutines of this Client do not
+// wait as a cohort, a hold is never passed to another goroutine of the Client
+// without Redis, and its last Unlock never keeps the lock for the Client's
+// next Lock (no turns, whatever WithLinger says), so every hold is a hand-off
+// through Redis (one script and one message). What a FairMutex shares with a
+// Mutex is everything else: the same lock in Redis (a Mutex and a FairMutex of
+// one name exclude each other), pub/sub waits, direct hand-off, the watchdog,
+// fencing tokens, re-entry.
+//
+// The order is strict among fair callers. A lock that cohorting Mutexes
+// (Client.Mutex without WithFIFO) also use still gives each fair caller its
+// own place in the Redis queue, but a cohorting Client passes the lock among
+// its own goroutines within its turn before the next in the queue is served.
+// As with any Mutex, a waiter whose process stops re-checking for two
+// watchdog timeouts, or whose pub/sub connection is down when the lock reaches
+// it, loses its place and queues again at the tail. TryLock takes the lock
+// only when it is free and no one is queued.
+func (c *Client) FairMutex(name string) *Mutex {
+	return c.mutex(name, true)
+}
+
+func (c *Client) mutex(name string, fair bool) *Mutex {
+	return &Mutex{c: c.c, t: c.t, name: name, fair: fair, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name, c.c.ID)}
 }
 
 // Close stops the watchdog and the multiplexer. Holds still open are not

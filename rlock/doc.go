@@ -62,6 +62,25 @@
 // waiter's wait is bounded by about N turns of at most 8 holds (or 2ms of
 // short ones) plus a hand-off and a linger each.
 //
+// # Strict FIFO
+//
+// Cohorts and turns trade strict order for throughput: a Client's goroutines
+// are served together, ahead of goroutines of other Clients that queued
+// before some of them. Where every Lock call must be served in arrival order
+// across every goroutine of every process (Redisson's RFairLock), use
+// Client.FairMutex, or WithFIFO for every Mutex of a Client: each Lock call
+// then queues in Redis under its own owner id, no hold is passed on or kept
+// inside a Client, and the order of the Redis queue is the order of
+// acquisition. Each hold then costs a hand-off through Redis (one script and
+// one message), which a cohort spares most holds.
+//
+// # Several locks at once
+//
+// Client.MultiLock takes a set of locks all or nothing, in one order (the
+// sorted names) so that overlapping sets never deadlock, waiting on the lock
+// that blocked it as a Mutex does; see MultiLock for how order and
+// atomicity are kept when the locks live in different cluster slots.
+//
 // # Usage
 //
 //	c, err := rlock.New(rueidisClient)

@@ -30,6 +30,7 @@ type Mutex struct {
 	c    *core.Client
 	t    *cohorts
 	name string
+	fair bool  // strict FIFO (see Client.FairMutex): no cohort, no turns
 	err  error // invalid name, reported by every method
 	keys keys
 }
@@ -40,7 +41,7 @@ func (m *Mutex) Name() string { return m.name }
 // Lock blocks until it holds the lock, ctx is done, or the wait timeout of
 // WithWaitTimeout runs out. It waits without polling, in a queue served in
 // arrival order across processes (in turns per Client, see the package
-// documentation): it sleeps until a release hands it the lock, a pub/sub
+// documentation; strictly per Lock call for a FairMutex): it sleeps until a release hands it the lock, a pub/sub
 // reconnect, or the holder's lease runs out.
 //
 // Connection errors (a dropped or stalled connection, a restarting Redis) are

@@ -79,6 +79,7 @@ type config struct {
 	probe           bool          // see WithProbe
 	probeTimeout    time.Duration // see WithProbeTimeout
 	linger          time.Duration // see WithLinger
+	fifo            bool          // see WithFIFO
 }
 
 func defaultConfig() config {
@@ -140,6 +141,18 @@ func (c *config) core() core.Config {
 // allowed 0 to MaxLinger (100ms).
 func WithLinger(d time.Duration) Option {
 	return func(c *config) { c.linger = d }
+}
+
+// WithFIFO makes every Mutex of the Client strictly fair, as Client.FairMutex
+// makes one: each Lock call queues in Redis under its own owner id, and the
+// lock goes to the callers in the order they queued there, across every
+// goroutine of every process that uses the lock this way. The goroutines of the
+// Client then wait as strangers to each other: no cohort, no local passes, no
+// lock kept for the Client's next Lock (WithLinger has no effect on them), so
+// every hold costs a hand-off through Redis. Default: off (Client.Mutex
+// returns cohorting Mutexes, see the package documentation).
+func WithFIFO() Option {
+	return func(c *config) { c.fifo = true }
 }
 
 // WithWatchdogTimeout sets the lease of holds taken without WithLease. The

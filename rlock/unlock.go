@@ -14,7 +14,8 @@ import (
 // by one message; with no one waiting the lock is deleted and announced. When
 // other Clients wait and the turn allows, the lock is kept for this Client's
 // next Lock for up to the linger (see WithLinger) and released in Redis then.
-// It stops renewals and cancels lockCtx with cause ErrUnlocked.
+// It stops renewals and cancels lockCtx with cause ErrUnlocked. A fair Mutex
+// (Client.FairMutex) always releases in Redis, to the head of its queue.
 //
 // Unlock works even when lockCtx is cancelled; it retries connection errors for
 // up to the unlock timeout with an idempotent request, so a retried release never
@@ -46,7 +47,10 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 	}
 	n, releasing := h.Count()
 	final := n == 1 && !releasing
-	if final && (m.t.passOn(m.name, h) || mayPark && m.t.park(m, h)) {
+	// A fair hold formed no cohort: it neither passes the lock on in the
+	// Client nor keeps it for the Client; the head of the Redis queue is next.
+	local := final && !m.fair
+	if local && (m.t.passOn(m.name, h) || mayPark && m.t.park(m, h)) {
 		h.End(ErrUnlocked) // the next holder took over the owner field
 		return nil
 	}
@@ -57,7 +61,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 	lease, _ := h.Lease()
 	// At most two rounds: one that may keep the lock for a local waiter, and,
 	// if that waiter cannot take it after all, one that lets it go.
-	for mayKeep := final; ; mayKeep = false {
+	for mayKeep := local; ; mayKeep = false {
 		var next *localWaiter
 		var sw *pubsub.Waiter
 		var successor, secret string

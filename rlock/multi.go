@@ -1,0 +1,337 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+)
+
+// MultiLock is a set of locks taken and released together, all or nothing
+// (Redisson's RedissonMultiLock). Get one from Client.MultiLock. Each member
+// is the Client's Mutex of that name (a FairMutex under WithFIFO), so a member
+// excludes the Mutex of the same name, and the other way round.
+//
+// # Order and deadlock freedom
+//
+// The names are sorted (byte order) and deduplicated, and every MultiLock
+// follows that one order, whatever order it was given the names in. Lock
+// waits only in two ways: holding nothing, or, blocking on a member,
+// holding members that come before it in the order only. Along any chain of
+// waiters (a MultiLock waits for a member whose holder waits for another
+// lock) the locks waited for thus come later and later in the order, so the
+// chain cannot close into a cycle: overlapping MultiLocks never deadlock one
+// another, nor Mutexes that hold one lock at a time. (Locks the caller already
+// holds when it calls Lock, re-entered as members, are outside this argument,
+// as with any nested locking.)
+//
+// # Waiting without spinning
+//
+// Lock tries each member in order (TryLock). When one is taken, it releases
+// the members it took and blocks on that one as a Mutex Lock does (a pub/sub
+// wait in the lock's Redis queue, no polling). Holding it, it tries the
+// members before it once each (blocking there could deadlock), then takes the
+// members after it, blocking on each in turn (the order allows it). When one
+// of the members before it is taken, it releases everything and blocks on
+// that one, which comes earlier in the order than the one it blocked on
+// before: a Lock starts over at most once per member, and only after a real
+// wait, never in a loop of attempts. (Waiting in a lock's queue behind other
+// waiters keeps the argument above: each of them, once it holds that lock,
+// blocks only on later locks, or gives everything back.)
+//
+// # Atomicity across slots
+//
+// Each member is a separate lock with its own keys and hash tag, so the
+// members may live in different Redis Cluster slots (or shards), and each is
+// taken by its own script: no single script takes them all. All or nothing
+// holds from the caller's view: Lock and TryLock return a lock context only
+// when every member is held, and on every failure they release the members
+// taken before returning (a release that cannot reach Redis gives the hold up:
+// it expires with its lease). Another client may see some members taken and
+// others not for a moment, as with any sequence of locks.
+//
+// # Lock context and tokens
+//
+// The lock context carries every member's hold: it ends when the MultiLock is
+// unlocked (cause ErrUnlocked) and as soon as any member's hold ends otherwise,
+// with a cause that names the member and matches that member's cause
+// (ErrLeaseLost). Each member keeps its own lease and fencing token (Tokens);
+// the Mutex of a member's name works with the lock context too (Token,
+// HoldCount; Unlock releases that member alone).
+//
+// A MultiLock is immutable and safe for concurrent use.
+type MultiLock struct {
+	c       *Client
+	names   []string // sorted, deduplicated
+	mutexes []*Mutex // by names
+	id      string   // identifies the set in lock contexts
+	err     error    // bad input, reported by every method
+}
+
+// MultiLock returns the set of locks called names, taken and released
+// together (see MultiLock). The names are deduplicated: a name given twice is
+// one member, locked once. No names, or an invalid one, is reported by every
+// method, wrapped in ErrInvalidName.
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	ml := &MultiLock{c: c}
+	if len(names) == 0 {
+		ml.err = fmt.Errorf("%w: a multi-lock needs at least one name", ErrInvalidName)
+		return ml
+	}
+	for i, name := range names {
+		if err := core.ValidateName(name, ErrInvalidName); err != nil {
+			ml.err = fmt.Errorf("multi-lock name %d of %d: %w", i+1, len(names), err)
+			return ml
+		}
+	}
+	ml.names = slices.Compact(slices.Sorted(slices.Values(names)))
+	for _, name := range ml.names {
+		ml.mutexes = append(ml.mutexes, c.Mutex(name))
+	}
+	ml.id = strings.Join(ml.names, "\x00") // no valid name holds a NUL
+	return ml
+}
+
+// Names returns the members' names in acquisition order: sorted and
+// deduplicated.
+func (ml *MultiLock) Names() []string { return slices.Clone(ml.names) }
+
+// String describes the MultiLock for logs.
+func (ml *MultiLock) String() string { return fmt.Sprintf("rlock.MultiLock(%q)", ml.names) }
+
+// Lock blocks until it holds every member, ctx is done, or the wait timeout of
+// WithWaitTimeout (which bounds the whole wait) runs out; WithLease gives each
+// member that lease. It waits as described in MultiLock: in member order,
+// without polling, and never in a deadlock with other MultiLocks.
+//
+// On success it returns the lock context, derived from ctx, that carries
+// every member's hold; pass it to Unlock. On failure nothing is held (the
+// members taken are released before it returns) and the error is that of the
+// member that failed, as Mutex.Lock reports it: matching ctx's error when ctx
+// ended, ErrLocked and context.DeadlineExceeded when the wait timeout ran out.
+//
+// Members that ctx holds already are re-entered (their hold count rises by
+// one, and Unlock lowers it again); a ctx that holds the whole MultiLock
+// re-enters all of it and gets a new lock context for the inner hold.
+func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return ml.lock(ctx, true, opts)
+}
+
+// TryLock makes one attempt at each member in order, and returns the lock
+// context as Lock does, or, when a member is taken, an error matching
+// ErrLocked that names it; the members taken before it are released, so
+// nothing is held then.
+func (ml *MultiLock) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
+	return ml.lock(ctx, false, opts)
+}
+
+// Unlock releases one level of every member's hold carried by lockCtx, in
+// reverse order, and cancels lockCtx with cause ErrUnlocked. It releases every
+// member it can even when some fail: the error joins the members' errors, each
+// as Mutex.Unlock reports it (ErrNotHeld and ErrLeaseLost for a member whose
+// lease was lost, ErrAbandoned for a release that could not reach Redis). It
+// fails with ErrNotHeld when lockCtx carries no hold of the MultiLock (or it
+// was unlocked already).
+func (ml *MultiLock) Unlock(lockCtx context.Context) error {
+	if ml.err != nil {
+		return ml.err
+	}
+	mh := ml.holdOf(lockCtx)
+	if mh == nil || !mh.end() {
+		return fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+	}
+	var errs []error
+	for i := len(mh.holds) - 1; i >= 0; i-- {
+		m := ml.mutexes[i]
+		if err := m.release(lockCtx, mh.holds[i], m.c.NewID(), true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Tokens returns the fencing token of each member's hold carried by lockCtx,
+// by name (see Mutex.Token). It fails with ErrNotHeld when lockCtx carries no
+// hold of the MultiLock (a hold that ended still reports its tokens).
+func (ml *MultiLock) Tokens(lockCtx context.Context) (map[string]uint64, error) {
+	if ml.err != nil {
+		return nil, ml.err
+	}
+	mh := ml.holdOf(lockCtx)
+	if mh == nil {
+		return nil, fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+	}
+	tokens := make(map[string]uint64, len(mh.holds))
+	for i, h := range mh.holds {
+		tokens[ml.names[i]] = h.Token
+	}
+	return tokens, nil
+}
+
+// multiKey finds the MultiLock holds carried by a context: the innermost
+// multiLink, chained to those of the contexts it derives from.
+type multiKey struct{}
+
+type multiLink struct {
+	c     *core.Client
+	id    string
+	mh    *multiHold
+	outer *multiLink
+}
+
+// multiHold is one MultiLock acquisition: the member holds, by member index.
+type multiHold struct {
+	holds  []*core.Hold
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	ended  bool
+}
+
+// end marks the hold unlocked and cancels its lock context; false if it was
+// unlocked already.
+func (mh *multiHold) end() bool {
+	mh.mu.Lock()
+	defer mh.mu.Unlock()
+	if mh.ended {
+		return false
+	}
+	mh.ended = true
+	mh.cancel(ErrUnlocked)
+	return true
+}
+
+func (ml *MultiLock) holdOf(ctx context.Context) *multiHold {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(multiKey{}).(*multiLink)
+	for ; l != nil; l = l.outer {
+		if l.c == ml.c.c && l.id == ml.id {
+			return l.mh
+		}
+	}
+	return nil
+}
+
+// lock is Lock (wait) and TryLock. held[i] is the context returned by member
+// i's Lock or TryLock while it is held, nil otherwise.
+func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
+	if ml.err != nil {
+		return nil, ml.err
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	lc, err := newLockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	wait = wait && !lc.tryOnce
+	var memberOpts []LockOption
+	if lc.leaseSet {
+		memberOpts = append(memberOpts, WithLease(lc.lease))
+	}
+	var deadline time.Time
+	if wait && lc.waitSet {
+		deadline = time.Now().Add(lc.waitTimeout)
+	}
+	held := make([]context.Context, len(ml.mutexes))
+	releaseAll := func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			if held[i] != nil {
+				// A release that fails gives the hold up (see Mutex.Unlock):
+				// it expires with its lease; there is nothing more to do.
+				_ = ml.mutexes[i].Unlock(held[i])
+				held[i] = nil
+			}
+		}
+	}
+	// blocked is the member this round started by blocking on (held), -1 in
+	// the first round. Members after it are waited for, members before it
+	// only tried; a member before it that is taken starts the next round,
+	// with an earlier blocked member.
+	blocked := -1
+	for {
+		conflict := -1
+		var conflictErr error
+		for i, m := range ml.mutexes {
+			if held[i] != nil {
+				continue
+			}
+			if blocked >= 0 && i > blocked {
+				lockCtx, err := ml.wait(ctx, m, deadline, memberOpts)
+				if err != nil {
+					releaseAll()
+					return nil, err
+				}
+				held[i] = lockCtx
+				continue
+			}
+			lockCtx, err := m.TryLock(ctx, memberOpts...)
+			if err == nil {
+				held[i] = lockCtx
+				continue
+			}
+			// Taken; or, for a blocking Lock, unreachable for now: the
+			// member's Lock below retries connection errors while ctx lasts.
+			if errors.Is(err, ErrLocked) || wait && core.Retryable(ctx, err) && !errors.Is(err, ErrClosed) {
+				conflict, conflictErr = i, err
+				break
+			}
+			releaseAll()
+			return nil, err
+		}
+		if conflict < 0 {
+			return ml.hold(ctx, held)
+		}
+		releaseAll()
+		if !wait {
+			return nil, fmt.Errorf("%v member %q: %w", ml, ml.names[conflict], conflictErr)
+		}
+		lockCtx, err := ml.wait(ctx, ml.mutexes[conflict], deadline, memberOpts)
+		if err != nil {
+			return nil, err
+		}
+		held[conflict], blocked = lockCtx, conflict
+	}
+}
+
+// wait blocks on one member, within what is left of the wait timeout.
+func (ml *MultiLock) wait(ctx context.Context, m *Mutex, deadline time.Time, opts []LockOption) (context.Context, error) {
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: %v member %q still taken when the wait timeout ran out: %w", ErrLocked, ml, m.name, context.DeadlineExceeded)
+		}
+		opts = append(slices.Clip(opts), WithWaitTimeout(left))
+	}
+	return m.Lock(ctx, opts...)
+}
+
+// hold makes the lock context of a complete acquisition: derived from ctx,
+// carrying every member's hold, and cancelled when any of them ends.
+func (ml *MultiLock) hold(ctx context.Context, held []context.Context) (context.Context, error) {
+	lockCtx, cancel := context.WithCancelCause(ctx)
+	mh := &multiHold{holds: make([]*core.Hold, len(held)), cancel: cancel}
+	links, _ := ctx.Value(holdsKey{}).(*holdLink)
+	for i, member := range held {
+		m := ml.mutexes[i]
+		h := m.holdOf(member)
+		mh.holds[i] = h
+		if member == ctx {
+			continue // re-entered: ctx carries the hold, and ends with it
+		}
+		links = &holdLink{c: m.c, name: m.name, h: h, outer: links}
+		context.AfterFunc(member, func() {
+			cancel(fmt.Errorf("%v member %q: %w", ml, m.name, context.Cause(member)))
+		})
+	}
+	lockCtx = context.WithValue(lockCtx, holdsKey{}, links)
+	outer, _ := ctx.Value(multiKey{}).(*multiLink)
+	return context.WithValue(lockCtx, multiKey{}, &multiLink{c: ml.c.c, id: ml.id, mh: mh, outer: outer}), nil
+}
