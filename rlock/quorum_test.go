@@ -267,7 +267,8 @@ func TestQuorumMasterRestartedMidHold(t *testing.T) {
 	}
 	t.Log(context.Cause(lockCtx))
 	// The two masters it still held are released rather than left to expire.
-	e.eventually(watchdog/2, "the minority left released", func() bool { return count(e.held("job")) == 0 })
+	// (Left alone, their watchdogs would renew them until Unlock.)
+	e.eventually(5*time.Second, "the minority left released", func() bool { return count(e.held("job")) == 0 })
 	if err := m1.Unlock(lockCtx); !errors.Is(err, rlock.ErrNotHeld) || !errors.Is(err, rlock.ErrLeaseLost) {
 		t.Fatalf("Unlock of a lost hold = %v, want ErrNotHeld and ErrLeaseLost", err)
 	}
@@ -479,8 +480,10 @@ func TestQuorumLeaseRunsOut(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("lock context outlived its lease")
 	}
-	if d := time.Since(start); d > lease {
-		t.Fatalf("lock context ended %v after Lock, after the lease of %v", d, lease)
+	// It ends slightly before the lease (the drift margin); the bound only
+	// allows for a loaded machine noticing late.
+	if d := time.Since(start); d < lease/2 || d > lease+time.Second {
+		t.Fatalf("lock context ended %v after Lock, lease %v", d, lease)
 	}
 	if cause := context.Cause(lockCtx); !errors.Is(cause, rlock.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)
