@@ -137,6 +137,31 @@
 // preference, a lease per reader, downgrade and fencing tokens for writers;
 // see RWMutex.
 //
+// # Quorum locks (Redlock), and why a single primary is usually better
+//
+// NewQuorum takes one rueidis client per independent Redis master and gives
+// quorum locks (Quorum.Mutex): a lock is held while a majority of the N
+// masters (N/2+1) hold it for the same owner, so it keeps working while a
+// minority of them are down, which a lock on one Redis, or on a primary with
+// asynchronous replicas, cannot promise. Lock asks every master at once,
+// keeps the lock only if a majority granted it with validity left (the lease,
+// less the time the round took since each request was sent on the monotonic
+// clock, less a drift margin of 1% + 2ms), and otherwise gives back what it
+// took at once; it waits on every master's unlock channel without polling,
+// and Unlock releases every master. Its limits are those of Redlock, debated
+// by Martin Kleppmann and antirez: its safety assumes bounded process pauses,
+// bounded network delays and clocks that drift little (a master whose clock
+// jumps ahead expires a lock early), and masters that do not forget what they
+// granted (a master restarted without fsync'd persistence must stay out for
+// one lease). It has no fencing token: no single counter orders the
+// acquisitions of a quorum, and the largest of the masters' counters stops
+// being one when a master loses its counter, the very failure a quorum is
+// meant to survive. Redisson has deprecated its RedLock for these reasons.
+// Where two holders at once would corrupt data, use a Mutex on a single
+// primary and check its fencing token in the resource; use a quorum lock
+// where the lock must survive the loss of a master and a rare second holder
+// only costs duplicate work. The Quorum type documents the details.
+//
 // # Errors
 //
 // Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,

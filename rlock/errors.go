@@ -48,6 +48,12 @@ var (
 	// ErrLeaseLost and ErrAbandoned. The error is an *AbandonError, whose
 	// FreeBy says when the lock is free at the latest.
 	ErrAbandoned = core.ErrAbandoned
+	// ErrNoQuorum reports a quorum lock (Quorum) that could not be taken on a
+	// majority of its masters because too many of them could not be reached
+	// (the error also matches ErrUnavailable and wraps the last connection
+	// error), or because the acquisition took longer than the lease allows.
+	// A majority held by another owner is ErrLocked instead.
+	ErrNoQuorum = errors.New("rlock: no quorum")
 )
 
 // AbandonError is the error of an Unlock or re-entry that gave its hold up:

@@ -35,6 +35,7 @@ func stopExampleServer() {
 	if exampleServer != nil {
 		_ = exampleServer.Close()
 	}
+	stopQuorumServers()
 }
 
 func newRedis() rueidis.Client {

@@ -80,3 +80,15 @@ func Parked(c *Client, name string) bool {
 // TurnBudget is the most holds one Client gets per turn: its acquisition in
 // Redis and the passes after it (see cohort.canPass).
 const TurnBudget = 1 + cohortMaxPasses
+
+// QuorumLiveMasters returns on how many masters the quorum hold carried by
+// lockCtx is still held, as its Client knows (-1 when it carries none).
+func QuorumLiveMasters(qm *QuorumMutex, lockCtx context.Context) int {
+	qh := qm.holdOf(lockCtx)
+	if qh == nil {
+		return -1
+	}
+	qh.mu.Lock()
+	defer qh.mu.Unlock()
+	return qh.live
+}

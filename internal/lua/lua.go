@@ -25,6 +25,8 @@ var (
 	forceUnlockSrc string
 	//go:embed abandon.lua
 	abandonSrc string
+	//go:embed quorum_acquire.lua
+	quorumAcquireSrc string
 
 	//go:embed rw_lib.lua
 	rwLibSrc string
@@ -60,6 +62,9 @@ var (
 	Renew       = rueidis.NewLuaScript(renewSrc)
 	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
 	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
+	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
+	// the Mutex's Release, Renew and Abandon serve its holds.
+	QuorumAcquire = rueidis.NewLuaScript(mutexLibSrc + quorumAcquireSrc)
 )
 
 // Scripts of the RWMutex. All but RWRenew share the helpers of mutex_lib.lua

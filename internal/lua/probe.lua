@@ -18,7 +18,7 @@ local keyed = {
   {'DEL', 'K'}, {'EXISTS', 'K'}, {'GET', 'K'}, {'SET', 'K', '1', 'PX', '1'},
   {'INCR', 'K'}, {'INCRBY', 'K', '1'}, {'PEXPIRE', 'K', '1'}, {'PTTL', 'K'},
   {'HDEL', 'K', 'f'}, {'HEXISTS', 'K', 'f'}, {'HGET', 'K', 'f'}, {'HMGET', 'K', 'f'},
-  {'HINCRBY', 'K', 'f', '1'}, {'HSET', 'K', 'f', '1'}, {'PEXPIREAT', 'K', '1'},
+  {'HINCRBY', 'K', 'f', '1'}, {'HKEYS', 'K'}, {'HSET', 'K', 'f', '1'}, {'PEXPIREAT', 'K', '1'},
   {'PERSIST', 'K'},
   {'ZADD', 'K', '1', 'm'}, {'ZCARD', 'K'}, {'ZRANGE', 'K', '0', '0'},
   {'ZRANGEBYSCORE', 'K', '0', '0'}, {'ZREM', 'K', 'm'}, {'ZSCORE', 'K', 'm'},

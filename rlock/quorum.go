@@ -1,0 +1,269 @@
+package rlock
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+)
+
+// Defaults and bounds of a Quorum.
+const (
+	// DefaultQuorumKeyPrefix is the key prefix of quorum locks unless
+	// QuorumOptions.ClientOptions sets one with WithKeyPrefix. It differs
+	// from DefaultKeyPrefix so that a quorum lock and a Mutex of the same name
+	// never share keys.
+	DefaultQuorumKeyPrefix = "rlock-quorum"
+	// DefaultAttemptTimeout bounds one acquisition attempt on one master.
+	DefaultAttemptTimeout = 100 * time.Millisecond
+	// MinAttemptTimeout is the shortest QuorumOptions.AttemptTimeout accepted;
+	// the longest is a third of the watchdog timeout, so that a lease is
+	// always much longer than an attempt.
+	MinAttemptTimeout = time.Millisecond
+)
+
+// Quorum is a set of N independent Redis masters on which quorum locks are
+// taken, following the Redlock algorithm: a lock is held while a majority of
+// the masters (N/2+1) hold it for the same owner. Create one with NewQuorum,
+// get locks from it with Mutex, and Close it on shutdown.
+//
+// # What it is for, and what it does not promise
+//
+// A quorum lock survives the loss of a minority of its masters: with 5
+// masters, 2 may crash or be cut off and the lock keeps working, where a
+// Mutex on a single Redis (or on a primary with asynchronous replicas, which
+// can lose a lock just taken on failover) cannot. That is its only advantage,
+// and it comes with assumptions that a single Redis does not need:
+//
+//   - Bounded pauses and clock drift. The validity of a hold is measured on
+//     the client's monotonic clock from the moment each acquisition was sent,
+//     less the time the acquisition took and a drift margin (1% of the lease
+//     plus 2ms), so it ends no later than the masters expire the keys, as long
+//     as their clocks run at about the rate of the client's. A master whose
+//     wall clock jumps forward (an NTP step, an administrator) expires the key
+//     early, and a holder paused longer than its validity (GC, a stopped VM, a
+//     slow network) runs on after its lease: either way two owners can believe
+//     they hold the lock. This is Martin Kleppmann's critique of Redlock
+//     ("How to do distributed locking", 2016); antirez's answer ("Is Redlock
+//     safe?") accepts the assumptions and asks that clocks be slewed, not
+//     stepped. A single Redis has the same pause problem but not the
+//     multi-clock one.
+//   - Masters that keep what they granted. A master that restarts without
+//     persistence (or with fsync that lost the last second) forgets the locks
+//     it granted: with 5 masters, an owner holding 3 of them loses its
+//     majority in truth if one of its 3 restarts, and another owner can then
+//     take the other 2 and the restarted one. A Quorum keeps a hold while a
+//     majority of its masters still confirm it (a renewal that finds the key
+//     gone drops that master), but it cannot know what a restarted master
+//     granted meanwhile. Run the masters with appendfsync always, or keep a
+//     restarted master out of service for one lease (the watchdog timeout, or
+//     the longest WithLease) before it serves again, as the Redlock
+//     description asks.
+//   - No fencing token. A Mutex's token comes from one counter that orders
+//     every acquisition of the lock. A quorum has N counters that no script
+//     can read together: two owners can draw the same number from different
+//     majorities, and a master that restarted empty starts again below the
+//     numbers it issued. The largest of the majority's counters is a token
+//     only while no master ever loses its counter, which is exactly the
+//     failure a quorum is meant to survive; so a quorum lock offers none,
+//     rather than one that looks safe and is not.
+//
+// Redisson, whose RedissonRedLock this is the counterpart of, has deprecated
+// it for those reasons. Where two holders at once would corrupt data, prefer
+// a Mutex on a single primary with its fencing token, checked by the
+// resource: that stays safe through pauses, clock jumps and failovers. Use a
+// quorum lock where what matters is that the lock keeps working through the
+// loss of a master, and a rare second holder only costs duplicate work.
+//
+// # How it works
+//
+// Lock sends an acquisition script to every master at once, each bounded by
+// the attempt timeout (QuorumOptions.AttemptTimeout). When a majority granted
+// it and validity is left, the lock is held; otherwise everything the attempt
+// took is given back at once (also on masters whose reply was lost: a
+// tombstone refuses an attempt that runs late) and Lock waits. It waits on
+// each master's unlock channel (any master announcing a release wakes it),
+// bounded by the time the holder it saw keeps its majority, so a lost
+// message costs at most that; after a split vote (no one got a majority) it
+// retries after a short random delay, so that contenders fall out of step.
+// A hold taken without WithLease is renewed on every master by the watchdog
+// of that master's Client; its lock context is cancelled with ErrLeaseLost
+// once fewer than a majority of its masters confirm it (a renewal found the
+// key gone, or renewals failed until the last confirmed lease ran out), and
+// the masters it still holds are then released. Unlock releases the lock on
+// every master it was taken on.
+type Quorum struct {
+	id      string    // owner fields of this Quorum's holds start with it
+	masters []*Client // one per master, in the order given
+	major   int       // N/2+1
+	attempt time.Duration
+	lease   time.Duration // the watchdog's lease
+	unlock  time.Duration
+	seq     atomic.Uint64 // see newOwner
+
+	mu        sync.Mutex
+	closed    chan struct{}
+	calls     sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// QuorumOptions configure a Quorum (see NewQuorumWith).
+type QuorumOptions struct {
+	// ClientOptions configure the Client of each master (see New):
+	// WithKeyPrefix (default DefaultQuorumKeyPrefix), WithWatchdogTimeout (the
+	// lease of holds taken without WithLease), WithUnlockTimeout, WithPubSub,
+	// WithProbe. Linger is always off: quorum holds are not kept for the
+	// next Lock.
+	ClientOptions []Option
+	// AttemptTimeout bounds one acquisition attempt on one master: a master
+	// that does not answer in time counts as a vote against. It should be
+	// small next to the lease (it is subtracted from the validity). Default
+	// DefaultAttemptTimeout (100ms), or a quarter of a shorter WithLease;
+	// allowed MinAttemptTimeout (1ms) to a third of the watchdog timeout.
+	AttemptTimeout time.Duration
+}
+
+// NewQuorum returns a Quorum over the given masters, one rueidis.Client per
+// independent Redis master (not replicas of one another, not nodes of one
+// cluster), with default options. See NewQuorumWith.
+func NewQuorum(clients ...rueidis.Client) (*Quorum, error) {
+	return NewQuorumWith(QuorumOptions{}, clients...)
+}
+
+// NewQuorumWith returns a Quorum over the given masters with options. Any
+// number of masters from 1 is accepted; a lock needs N/2+1 of them, so an even
+// number tolerates no more failures than the odd number below it (4 masters
+// need 3 and tolerate 1 failure, as 3 masters do; 5 tolerate 2). Use 3 or 5.
+//
+// It fails with an error matching ErrInvalidOption when no client is given,
+// one is nil, or the same client is given twice (two clients for one server
+// cannot be told apart: do not), and with the errors of New for bad
+// ClientOptions. Like New it probes each master's rights (concurrently); an
+// unreachable master does not fail it. The caller still owns the clients and
+// closes them after the Quorum.
+func NewQuorumWith(opts QuorumOptions, clients ...rueidis.Client) (*Quorum, error) {
+	if len(clients) == 0 {
+		return nil, fmt.Errorf("%w: a quorum needs at least one rueidis client (one per independent master)", ErrInvalidOption)
+	}
+	for i, rc := range clients {
+		if rc == nil {
+			return nil, fmt.Errorf("%w: rueidis client %d of %d is nil", ErrInvalidOption, i+1, len(clients))
+		}
+		if !reflect.TypeOf(rc).Comparable() {
+			continue
+		}
+		for j := range i {
+			if reflect.TypeOf(clients[j]) == reflect.TypeOf(rc) && clients[j] == rc {
+				return nil, fmt.Errorf("%w: rueidis clients %d and %d are the same client: a quorum needs independent masters", ErrInvalidOption, j+1, i+1)
+			}
+		}
+	}
+	copts := append([]Option{WithKeyPrefix(DefaultQuorumKeyPrefix)}, opts.ClientOptions...)
+	copts = append(copts, WithLinger(0))
+	cfg := defaultConfig()
+	for _, o := range copts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	attempt := opts.AttemptTimeout
+	if attempt == 0 {
+		attempt = min(DefaultAttemptTimeout, cfg.watchdogTimeout/3)
+	}
+	if err := checkRange("AttemptTimeout", attempt, MinAttemptTimeout, cfg.watchdogTimeout/3); err != nil {
+		return nil, err
+	}
+	masters := make([]*Client, len(clients))
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, rc := range clients {
+		wg.Go(func() { masters[i], errs[i] = New(rc, copts...) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, c := range masters {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+			return nil, fmt.Errorf("rlock: quorum master %d of %d: %w", i+1, len(clients), err)
+		}
+	}
+	return &Quorum{
+		id:      uuid.NewString(),
+		masters: masters,
+		major:   len(clients)/2 + 1,
+		attempt: attempt,
+		lease:   cfg.watchdogTimeout,
+		unlock:  cfg.unlockTimeout,
+		closed:  make(chan struct{}),
+	}, nil
+}
+
+// Masters returns the number of masters N.
+func (q *Quorum) Masters() int { return len(q.masters) }
+
+// Majority returns the number of masters a lock needs: N/2+1.
+func (q *Quorum) Majority() int { return q.major }
+
+// Mutex returns the quorum lock called name. It is cheap: any number may
+// exist. An invalid name is reported by every method, wrapped in
+// ErrInvalidName.
+func (q *Quorum) Mutex(name string) *QuorumMutex {
+	m := q.masters[0].Mutex(name) // validates the name; keys are alike on every master
+	return &QuorumMutex{q: q, name: name, err: m.err, keys: m.keys}
+}
+
+// Close stops the watchdogs and multiplexers of every master's Client.
+// Holds still open are not released (a goroutine may still be inside its
+// critical section): they expire with their lease, and their lock contexts
+// are cancelled with a cause matching ErrLeaseLost and ErrClosed. Waiting
+// Lock calls return ErrClosed. Close is idempotent.
+func (q *Quorum) Close() error {
+	q.closeOnce.Do(func() {
+		q.mu.Lock()
+		close(q.closed)
+		q.mu.Unlock()
+		q.calls.Wait()
+		var wg sync.WaitGroup
+		for _, c := range q.masters {
+			wg.Go(func() { _ = c.Close() })
+		}
+		wg.Wait()
+	})
+	return nil
+}
+
+func (q *Quorum) enter() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.isClosed() {
+		return false
+	}
+	q.calls.Add(1)
+	return true
+}
+
+func (q *Quorum) exit() { q.calls.Done() }
+
+func (q *Quorum) isClosed() bool {
+	select {
+	case <-q.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// String describes the Quorum for logs.
+func (q *Quorum) String() string {
+	return fmt.Sprintf("rlock.Quorum(%d masters, majority %d)", len(q.masters), q.major)
+}

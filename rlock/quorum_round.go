@@ -1,0 +1,252 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/lua"
+	"github.com/relockio/relock/pubsub"
+)
+
+// quietMessage is what a give-back publishes on a master's unlock channel
+// instead of unlockMessage: an address no Waiter has, so it wakes no one. A
+// give-back frees a master only for a moment in which no one held a
+// majority; waking waiters for it would only have them, and the giver
+// itself, take and give back that master again and again while a holder of
+// the majority holds on.
+const quietMessage = pubsub.AddressPrefix + "-"
+
+// Retry delays of a blocking quorum Lock (see QuorumMutex.retryIn).
+const (
+	splitBackoff    = 4 * time.Millisecond // first delay after a split vote, doubled per split
+	maxSplitBackoff = time.Second
+)
+
+type voteKind int8
+
+const (
+	voteFailed  voteKind = iota // no answer, or an error
+	voteGranted                 // this master took the lock for the round's owner
+	voteTaken                   // another owner holds it there
+)
+
+// vote is one master's answer in one round.
+type vote struct {
+	kind   voteKind
+	sent   core.Ticket // when the attempt was sent: the lease there starts later
+	wait   int64       // voteTaken: the holder's remaining lease (ms), -1 without expiry
+	holder string      // voteTaken: the holder's owner field
+	err    error       // voteFailed
+	// late: the attempt may still run on that master (its reply was lost),
+	// so it is given back with a tombstone against it.
+	late bool
+}
+
+// round is one acquisition attempt on every master at once, under one owner
+// field.
+type round struct {
+	owner                  string
+	lease                  time.Duration
+	votes                  []vote
+	granted, taken, failed int
+	lastErr                error
+	until                  time.Time // granted >= majority: when the majority's validity ends
+	won                    bool
+}
+
+// attemptTimeout bounds one attempt on one master for a hold of lease.
+func (q *Quorum) attemptTimeout(lease time.Duration) time.Duration {
+	return max(min(q.attempt, lease/4), MinAttemptTimeout)
+}
+
+// newOwner returns an owner field unique to this Quorum, the same on every
+// master for one round.
+func (q *Quorum) newOwner() string {
+	return q.id + ":" + strconv.FormatUint(q.seq.Add(1), 10)
+}
+
+// round asks every master at once. It wins when a majority granted the lock
+// and validity is left: the lease less the time since each grant was sent and
+// the drift margin, for the majority whose leases end last. Whatever a round
+// that did not win took is given back (quietly, see quietMessage); the call
+// waits for the give-backs to the masters that answered for up to the attempt
+// timeout, so that it leaves nothing behind on them. Masters whose answer was
+// lost are given back in the background in any case, with a tombstone.
+func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
+	q := qm.q
+	r := &round{owner: q.newOwner(), lease: lease, votes: make([]vote, len(q.masters))}
+	timeout := q.attemptTimeout(lease)
+	var wg sync.WaitGroup
+	for i, mc := range q.masters {
+		wg.Go(func() { r.votes[i] = qm.ask(ctx, mc.c, r.owner, lease, timeout) })
+	}
+	wg.Wait()
+	var ends []time.Time
+	for _, v := range r.votes {
+		switch v.kind {
+		case voteGranted:
+			r.granted++
+			ends = append(ends, v.sent.At().Add(lease-core.DriftMargin(lease)))
+		case voteTaken:
+			r.taken++
+		default:
+			r.failed++
+			r.lastErr = v.err
+		}
+	}
+	if r.granted >= q.major {
+		slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
+		r.until = ends[q.major-1]
+		r.won = time.Until(r.until) > 0 && ctx.Err() == nil
+	}
+	var done []<-chan struct{}
+	for i, v := range r.votes {
+		switch {
+		case v.kind == voteGranted && !r.won:
+			if d := qm.giveBack(q.masters[i].c, r.owner, lease, false); d != nil {
+				done = append(done, d)
+			}
+		case v.late:
+			qm.giveBack(q.masters[i].c, r.owner, lease, true)
+		}
+	}
+	if len(done) > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		for _, d := range done {
+			select {
+			case <-d:
+			case <-t.C:
+				return r
+			}
+		}
+	}
+	return r
+}
+
+// ask runs quorum_acquire.lua on one master.
+func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, lease, timeout time.Duration) vote {
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := c.NewTicket()
+	vals, err := lua.QuorumAcquire.Exec(actx, c.RC, []string{qm.keys.lock, qm.keys.tombstone(owner)},
+		[]string{owner, ms(lease)}).ToArray()
+	if err != nil {
+		c.NoteError(err)
+		_, isRedis := rueidis.IsRedisErr(err)
+		// A refused connection sent nothing; any other failure may hide a
+		// script that ran, or that still will.
+		return vote{err: err, late: !isRedis && !errors.Is(err, syscall.ECONNREFUSED)}
+	}
+	v, err := parseVote(vals)
+	if err != nil {
+		return vote{err: err}
+	}
+	v.sent = t
+	return v
+}
+
+func parseVote(vals []rueidis.RedisMessage) (vote, error) {
+	if len(vals) == 0 {
+		return vote{}, errors.New("rlock: empty quorum acquire reply")
+	}
+	status, err := vals[0].AsInt64()
+	if err != nil {
+		return vote{}, fmt.Errorf("rlock: unexpected quorum acquire reply: %w", err)
+	}
+	switch {
+	case status == 1 && len(vals) == 1:
+		return vote{kind: voteGranted}, nil
+	case status == 0 && len(vals) == 3:
+		wait, err1 := vals[1].AsInt64()
+		holder, err2 := vals[2].ToString()
+		if err1 == nil && err2 == nil && wait >= -1 {
+			return vote{kind: voteTaken, wait: wait, holder: holder}, nil
+		}
+	case status == -2 && len(vals) == 1:
+		// Cannot happen: every round has a new owner field.
+		return vote{}, errors.New("rlock: quorum owner field found abandoned")
+	}
+	return vote{}, fmt.Errorf("rlock: unexpected quorum acquire reply of %d elements, status %d", len(vals), status)
+}
+
+// giveBack frees owner's vote on one master in the background (abandon.lua:
+// idempotent, and with tombstone set it also refuses an attempt of owner that
+// runs late). It announces nothing (see quietMessage). It returns a channel
+// closed when the give-back is done, or nil when the Client is closing (the
+// vote then expires with its lease).
+func (qm *QuorumMutex) giveBack(c *core.Client, owner string, lease time.Duration, tombstone bool) <-chan struct{} {
+	done := make(chan struct{})
+	k := qm.keys
+	ok := c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		defer close(done)
+		_ = core.RetryTransient(ctx, func() error {
+			err := lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
+				[]string{owner, ms(lease), publishCommand, k.channel, quietMessage, tokenBlockArg, flag(tombstone), "-", k.grantPrefix}).Error()
+			c.NoteError(err)
+			return err
+		})
+	})
+	if !ok {
+		return nil
+	}
+	return done
+}
+
+// retryIn is how long a blocking Lock sleeps after round r failed, unless a
+// master announces a release first. splits counts the split votes in a row.
+//   - Too many masters could not be reached for a majority: backoff, as for
+//     any connection error (handled by the caller).
+//   - One owner holds a majority: until that majority's leases would run
+//     out, when fewer than a majority of its keys remain (a release is
+//     announced before that).
+//   - No one holds a majority (a split vote between contenders, or a holder
+//     taking or releasing the lock just then): a short random delay, doubled
+//     with each split in a row, so that contenders fall out of step; bounded
+//     by the first of the leases seen to run out.
+func (qm *QuorumMutex) retryIn(r *round, splits *int) time.Duration {
+	q := qm.q
+	c := q.masters[0].c
+	byHolder := make(map[string][]int64)
+	var first int64 = -1
+	for _, v := range r.votes {
+		if v.kind == voteTaken {
+			byHolder[v.holder] = append(byHolder[v.holder], v.wait)
+			if v.wait >= 0 && (first < 0 || v.wait < first) {
+				first = v.wait
+			}
+		}
+	}
+	for _, waits := range byHolder {
+		if len(waits) >= q.major {
+			*splits = 0
+			slices.SortFunc(waits, func(a, b int64) int {
+				switch { // no expiry (-1) lasts longest
+				case a == b:
+					return 0
+				case a < 0 || (b >= 0 && a > b):
+					return -1
+				}
+				return 1
+			})
+			return c.RetryAfter(waits[q.major-1])
+		}
+	}
+	*splits++
+	b := min(splitBackoff<<min(*splits-1, 16), maxSplitBackoff)
+	d := b/2 + rand.N(b/2+1)
+	if first >= 0 {
+		d = min(d, c.RetryAfter(first))
+	}
+	return d
+}
