@@ -3,7 +3,7 @@
 # start their own redis-server).
 GO ?= go
 
-.PHONY: demo test bench chaos check-redis
+.PHONY: demo test bench bench-kinds chaos check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -27,6 +27,11 @@ test: check-redis
 ## bench: every lock contender side by side against one Redis (about 13 minutes; BENCH_FLAGS=-quick for 2-3)
 bench: check-redis
 	cd bench && $(GO) run -mod=mod . $(BENCH_FLAGS)
+
+## bench-kinds: RWMutex, FIFO mode, MultiLock and the quorum lock beside their
+## closest peers (about 4 minutes; KINDS_FLAGS=-quick for 1)
+bench-kinds: check-redis
+	cd bench && $(GO) run -mod=mod ./kinds $(KINDS_FLAGS)
 
 ## chaos: the full fault-injection suite (several minutes): Mutex and semaphore
 ## workloads in worker processes under killed connections, Redis restarts and
