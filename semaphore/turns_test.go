@@ -118,8 +118,13 @@ func TestTurnsAlternateClients(t *testing.T) {
 	t.Logf("the first Client made at most %d acquisitions while the other waited once", worst)
 	// The turn in progress when b's Lock starts, one begun while b's script
 	// is on its way, and one whose leader queued before b did: at most 65
-	// holds each (the Redis acquisition and 64 passes).
-	if worst > 3*65+4 {
+	// holds each (the Redis acquisition and 64 passes). A turn's passes are
+	// also bounded in time (2ms), so on a loaded machine, where b's script
+	// can spend longer on its way than a whole turn, a fourth or fifth turn
+	// may begin before b is queued (seen: 232 with the race detector and
+	// other tests running). The bound allows two such turns: without turns
+	// (barging) the other Client waits for thousands of acquisitions.
+	if worst > 5*65+4 {
 		t.Errorf("the first Client made %d acquisitions while the other waited: turns do not alternate", worst)
 	}
 }
