@@ -29,7 +29,7 @@ bench: check-redis
 	cd bench && $(GO) run -mod=mod . $(BENCH_FLAGS)
 
 ## bench-kinds: RWMutex, FIFO mode, MultiLock and the quorum lock beside their
-## closest peers (about 4 minutes; KINDS_FLAGS=-quick for 1)
+## closest peers (about 2 minutes; KINDS_FLAGS=-quick for 1)
 bench-kinds: check-redis
 	cd bench && $(GO) run -mod=mod ./kinds $(KINDS_FLAGS)
 

@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -104,11 +105,17 @@ func run() int {
 			failed = failed || c.Violations > 0 || c.Errors > 0
 		}
 	}
-	if err := os.MkdirAll(s.out, 0o755); err == nil {
-		b, _ := json.MarshalIndent(map[string]any{
-			"rounds": s.rounds, "duration": s.duration.String(), "points": all,
-		}, "", "  ")
-		_ = os.WriteFile(filepath.Join(s.out, "kinds.json"), b, 0o644)
+	b, _ := json.MarshalIndent(map[string]any{
+		"date": start.UTC().Format(time.RFC3339), "relock": treeState(),
+		"rounds": s.rounds, "duration": s.duration.String(), "points": all,
+	}, "", "  ")
+	if err := os.MkdirAll(s.out, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "kinds: %v\n", err)
+		return 2
+	}
+	if err := os.WriteFile(filepath.Join(s.out, "kinds.json"), b, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "kinds: %v\n", err)
+		return 2
 	}
 	fmt.Printf("\nwrote %s (%s)\n", filepath.Join(s.out, "kinds.json"), time.Since(start).Round(time.Second))
 	if failed {
@@ -129,4 +136,18 @@ func startServers(ctx context.Context, n int) ([]*redistest.Server, error) {
 		return []*redistest.Server{srv}, nil
 	}
 	return redistest.StartServers(ctx, n)
+}
+
+// treeState names the relock commit under test (the bench runs from bench/),
+// and whether the tree had uncommitted changes.
+func treeState() string {
+	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "(commit unknown)"
+	}
+	state := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		state += " + uncommitted changes"
+	}
+	return state
 }
