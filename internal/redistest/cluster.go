@@ -365,3 +365,66 @@ func (s *Server) live() bool {
 	defer s.mu.Unlock()
 	return s.state == stateRunning
 }
+
+// MoveSlot migrates slot to the master to, the way an operator reshards:
+// IMPORTING on to, MIGRATING on the owner, MIGRATE of every key in the slot,
+// then SETSLOT NODE on to, the former owner and the other masters, and waits
+// for the cluster to agree ([Cluster.WaitOK]). Between MIGRATING and NODE,
+// pass between (may be nil): it runs with the slot half-migrated.
+func (c *Cluster) MoveSlot(ctx context.Context, slot int64, to *Server, between func() error) error {
+	from, err := c.Owner(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return fmt.Errorf("redistest: slot %d already lives on %s", slot, to)
+	}
+	fromID, err := c.NodeID(ctx, from)
+	if err != nil {
+		return err
+	}
+	toID, err := c.NodeID(ctx, to)
+	if err != nil {
+		return err
+	}
+	s := strconv.FormatInt(slot, 10)
+	if _, err := to.Do(ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID); err != nil {
+		return fmt.Errorf("redistest: %s: SETSLOT IMPORTING: %w", to, err)
+	}
+	if _, err := from.Do(ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
+		return fmt.Errorf("redistest: %s: SETSLOT MIGRATING: %w", from, err)
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return err
+		}
+	}
+	_, port, _ := strings.Cut(to.Addr(), ":")
+	for {
+		msg, err := from.Do(ctx, "CLUSTER", "GETKEYSINSLOT", s, "100")
+		if err != nil {
+			return fmt.Errorf("redistest: %s: GETKEYSINSLOT: %w", from, err)
+		}
+		keys, err := msg.AsStrSlice()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := append([]string{"MIGRATE", "127.0.0.1", port, "", "0", "5000", "KEYS"}, keys...)
+		if _, err := from.Do(ctx, args...); err != nil {
+			return fmt.Errorf("redistest: %s: MIGRATE: %w", from, err)
+		}
+	}
+	for _, m := range append([]*Server{to, from}, c.Masters...) {
+		if !m.live() {
+			continue
+		}
+		// Replicas refuse SETSLOT; gossip informs them.
+		if _, err := m.Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil && !strings.Contains(err.Error(), "replica") {
+			return fmt.Errorf("redistest: %s: SETSLOT NODE: %w", m, err)
+		}
+	}
+	return c.WaitOK(ctx)
+}
