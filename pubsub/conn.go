@@ -33,6 +33,7 @@ type entry struct {
 	idle      bool          // no Waiters, past the linger: retired with the connection
 	wake      bool          // signal every Waiter once confirmed: messages may have been lost
 	moving    bool          // being subscribed on a replacement connection (retire)
+	link      *link         // sharded: the shard connection it is confirmed on
 	linger    *time.Timer
 }
 
@@ -55,6 +56,9 @@ type conn struct {
 	reconnects int64
 
 	kicks chan struct{}
+
+	// Sharded mode (see shard.go), guarded by mu.
+	slotOwner map[uint16]string // slot -> address of its master, as last learned
 }
 
 func newConn(m *Multiplexer) *conn {
@@ -276,6 +280,10 @@ var errRetired = errors.New("pubsub: connection retired")
 // after a loss.
 func (c *conn) run() {
 	defer c.mux.wg.Done()
+	if c.mux.mode.Load() == modeSharded {
+		c.runSharded()
+		return
+	}
 	ctx := c.mux.ctx
 	backoff := minReconnectBackoff
 	reconnect := false
@@ -429,30 +437,46 @@ func (c *conn) flush(ctx context.Context, dc rueidis.DedicatedClient) (retry boo
 // refused for good. It returns the entries left pending with the error that
 // stopped them: a connection error or a transient Redis error.
 func (c *conn) subscribe(ctx context.Context, dc rueidis.DedicatedClient, batch []*entry) ([]*entry, error) {
+	return c.subscribeOn(ctx, dc, nil, batch)
+}
+
+// subscribeOn is subscribe for classic (l nil: SUBSCRIBE) or sharded pub/sub
+// (SSUBSCRIBE on shard connection l; batch shares one slot).
+func (c *conn) subscribeOn(ctx context.Context, dc rueidis.DedicatedClient, l *link, batch []*entry) ([]*entry, error) {
 	names := make([]string, len(batch))
 	for i, e := range batch {
 		names[i] = e.channel
 	}
-	err := dc.Do(ctx, dc.B().Subscribe().Channel(names...).Build()).Error()
+	cmd := dc.B().Subscribe().Channel(names...).Build()
+	if l != nil {
+		cmd = dc.B().Ssubscribe().Channel(names...).Build()
+		c.mu.Lock()
+		for _, n := range names {
+			delete(l.dropped, n) // pushes from now on are about this subscription
+		}
+		c.mu.Unlock()
+	}
+	err := dc.Do(ctx, cmd).Error()
 	if err != nil && !permanent(err) {
 		return batch, err
 	}
 	if err == nil || len(batch) == 1 {
-		c.settle(batch, err)
+		c.settle(batch, err, l)
 		return nil, nil
 	}
 	// Redis refuses the whole command when one channel is denied (NOPERM):
 	// find it by halves, so that the others are not refused with it.
 	half := len(batch) / 2
-	if rest, err := c.subscribe(ctx, dc, batch[:half]); err != nil {
+	if rest, err := c.subscribeOn(ctx, dc, l, batch[:half]); err != nil {
 		return append(rest, batch[half:]...), err
 	}
-	return c.subscribe(ctx, dc, batch[half:])
+	return c.subscribeOn(ctx, dc, l, batch[half:])
 }
 
 // settle records Redis's answer to the subscription of es: confirmed when
-// refusal is nil, else refused for good.
-func (c *conn) settle(es []*entry, refusal error) {
+// refusal is nil, else refused for good. l is the shard connection of a
+// sharded subscription, nil for a classic one.
+func (c *conn) settle(es []*entry, refusal error, l *link) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range es {
@@ -463,6 +487,16 @@ func (c *conn) settle(es []*entry, refusal error) {
 			c.refuse(e, refusal)
 			continue
 		}
+		if l != nil && l.dropped[e.channel] {
+			// Redis dropped it (its slot moved) before we saw the
+			// confirmation: subscribe it again where the slot now is.
+			delete(l.dropped, e.channel)
+			e.wake = true
+			c.toSub = append(c.toSub, e)
+			c.kick()
+			continue
+		}
+		e.link = l
 		e.confirmed = true
 		e.lastErr = nil
 		close(e.ready)
@@ -625,7 +659,8 @@ func permanent(err error) bool {
 	}
 	code, _, _ := strings.Cut(rerr.Error(), " ")
 	switch code {
-	case "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOAUTH", "WRONGPASS":
+	// MOVED and ASK only answer SSUBSCRIBE: the channel's slot is elsewhere.
+	case "BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOAUTH", "WRONGPASS", "MOVED", "ASK":
 		return false
 	}
 	return true

@@ -31,5 +31,12 @@
 //     LOADING, NOAUTH while credentials rotate...) is retried until it
 //     succeeds; one refused for good (NOPERM) fails only the Waiters of the
 //     denied channel, which learn it from Waiter.Err.
+//   - On a Redis Cluster client with Redis 7 or later (see WithSharding) the
+//     channels are subscribed with SSUBSCRIBE, one command per slot, on one
+//     connection per master that has Waiters; publishers must then use
+//     SPUBLISH (PublishCommand). When Redis drops a channel because its slot
+//     moved (a sunsubscribe push), or a master's connection is lost, the
+//     channel's Waiters are woken at once, the channel is subscribed where
+//     its slot now lives, and its Waiters are woken again.
 //   - There is no goroutine per Waiter or per channel: one per connection.
 package pubsub

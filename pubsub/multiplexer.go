@@ -39,6 +39,7 @@ type Multiplexer struct {
 	wg        sync.WaitGroup
 
 	messages atomic.Int64 // messages received, on every connection
+	mode     atomic.Int32 // modeUnknown until Sharded decides
 }
 
 // New returns a Multiplexer over client. It does not talk to Redis until the
@@ -55,6 +56,9 @@ func New(client rueidis.Client, opts ...Option) (*Multiplexer, error) {
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.sharding == ShardingSharded && client.Mode() != rueidis.ClientModeCluster {
+		return nil, fmt.Errorf("pubsub: sharded pub/sub needs a Redis Cluster client, got mode %v", client.Mode())
 	}
 	m := &Multiplexer{client: client, cfg: cfg, seed: maphash.MakeSeed(), closed: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -92,6 +96,9 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 	}
 	if weight < 1 {
 		weight = 1
+	}
+	if _, err := m.Sharded(ctx); err != nil {
+		return nil, err
 	}
 	c := m.connFor(channel)
 	w, ready, err := c.join(channel, weight)

@@ -12,6 +12,7 @@ type config struct {
 	connections int
 	linger      time.Duration
 	maxBackoff  time.Duration
+	sharding    Sharding
 }
 
 func defaultConfig() config {
@@ -51,6 +52,38 @@ func WithMaxReconnectBackoff(d time.Duration) Option {
 			return fmt.Errorf("pubsub: max reconnect backoff must be positive, got %v", d)
 		}
 		c.maxBackoff = d
+		return nil
+	}
+}
+
+// Sharding chooses between classic and sharded pub/sub; see WithSharding.
+type Sharding int
+
+const (
+	// ShardingAuto uses sharded pub/sub on a Redis Cluster client (rueidis
+	// ClientModeCluster) when the server runs Redis 7 or later, and classic
+	// pub/sub otherwise. The version is read once, with INFO server, on
+	// first use; a Redis user denied INFO gets classic pub/sub.
+	ShardingAuto Sharding = iota
+	// ShardingClassic always uses SUBSCRIBE/PUBLISH. In a cluster every
+	// message is then broadcast to every node over the cluster bus.
+	ShardingClassic
+	// ShardingSharded always uses SSUBSCRIBE/SPUBLISH, each channel on the
+	// master owning its slot. It needs a cluster client and Redis 7.
+	ShardingSharded
+)
+
+// WithSharding sets whether channels are subscribed with classic or sharded
+// pub/sub. Default ShardingAuto. Every process that locks the same names
+// must publish the way the others subscribe: mixed fleets (an older release
+// of this module next to this one on one cluster) should force
+// ShardingClassic until all are upgraded.
+func WithSharding(s Sharding) Option {
+	return func(c *config) error {
+		if s < ShardingAuto || s > ShardingSharded {
+			return fmt.Errorf("pubsub: unknown sharding mode %d", s)
+		}
+		c.sharding = s
 		return nil
 	}
 }

@@ -100,7 +100,7 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 	}
 	vals, err := lua.RWAcquire.Exec(ctx, c.RC, k.with(k.tombstone(a.owner), latch),
 		[]string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)),
-			publishCommand, k.readCh, k.grantPrefix, a.via, latchLifetime(c)}).AsIntSlice()
+			publishCommand(ctx, c), k.readCh, k.grantPrefix, a.via, latchLifetime(c)}).AsIntSlice()
 	if err != nil {
 		return rwAcquireReply{}, err
 	}
@@ -116,7 +116,7 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 		tombstone = ms(c.Cfg.WatchdogTimeout)
 	}
 	vals, err := lua.RWRelease.Exec(ctx, c.RC, k.with(k.latch(requestID), k.tombstone(owner)),
-		[]string{owner, modeArg(write), ms(lease), publishCommand, k.readCh, k.grantPrefix, latchLifetime(c), tombstone}).AsIntSlice()
+		[]string{owner, modeArg(write), ms(lease), publishCommand(ctx, c), k.readCh, k.grantPrefix, latchLifetime(c), tombstone}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -128,7 +128,7 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 
 func rwAbandonScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, lease time.Duration, tombstone bool) error {
 	return lua.RWAbandon.Exec(ctx, c.RC, k.with(k.tombstone(owner)),
-		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand, k.readCh, k.grantPrefix}).Error()
+		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand(ctx, c), k.readCh, k.grantPrefix}).Error()
 }
 
 // rwAbandon makes sure owner neither holds nor waits, in the background: the

@@ -22,7 +22,10 @@ import (
 // "@" + owner + " " + fencing token.
 const unlockMessage = "1"
 
-const publishCommand = "PUBLISH"
+// publishCommand is what scripts publish with: SPUBLISH when the Client's
+// multiplexer subscribes with sharded pub/sub (a Redis 7 cluster), else
+// PUBLISH (see pubsub.WithSharding).
+func publishCommand(ctx context.Context, c *core.Client) string { return c.Mux.PublishCommand(ctx) }
 
 func ms(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10)
@@ -136,7 +139,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 		latch = k.latch(a.reentry)
 	}
 	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch},
-		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand, k.channel,
+		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand(ctx, c), k.channel,
 			block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
@@ -187,7 +190,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 		tombstone = ms(c.Cfg.WatchdogTimeout)
 	}
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
+		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
 			entry, ms(waiterLease(c)), tombstone, k.grantPrefix}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
@@ -199,12 +202,12 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 // secret.
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
 	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix}).Error()
+		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
 	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters, k.fence},
-		[]string{publishCommand, k.channel, unlockMessage, tokenBlockArg, k.grantPrefix}).AsInt64()
+		[]string{publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, k.grantPrefix}).AsInt64()
 	return n == 1, err
 }
 

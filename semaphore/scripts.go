@@ -18,7 +18,10 @@ import (
 	"github.com/relockio/relock/internal/lua"
 )
 
-const publishCommand = "PUBLISH"
+// publishCommand is what scripts publish with: SPUBLISH when the Client's
+// multiplexer subscribes with sharded pub/sub (a Redis 7 cluster), else
+// PUBLISH (see pubsub.WithSharding).
+func publishCommand(ctx context.Context, c *core.Client) string { return c.Mux.PublishCommand(ctx) }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
@@ -29,7 +32,7 @@ type limitReply struct {
 
 func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (limitReply, error) {
 	vals, err := lua.SemLimit.Exec(ctx, s.c.RC, s.keys.common(),
-		[]string{mode, strconv.FormatInt(limit, 10), publishCommand, s.keys.grantPrefix, s.limit}).AsIntSlice()
+		[]string{mode, strconv.FormatInt(limit, 10), publishCommand(ctx, s.c), s.keys.grantPrefix, s.limit}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return limitReply{}, err
@@ -64,7 +67,7 @@ func flag(b bool) string {
 
 func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireReply, error) {
 	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(a.id)),
-		[]string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.grantPrefix,
+		[]string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix,
 			flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh)}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
@@ -110,7 +113,7 @@ func (s *Semaphore) entry(id, want string, lease time.Duration, secret string) s
 // the request may have run, so that its latch is looked up.
 func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, retry bool) (int64, error) {
 	n, err := lua.SemRelease.Exec(ctx, s.c.RC, s.keys.with(s.keys.latch(requestID)),
-		[]string{id, publishCommand, s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry)}).AsInt64()
+		[]string{id, publishCommand(ctx, s.c), s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry)}).AsInt64()
 	s.c.NoteError(err)
 	return n, err
 }
@@ -119,7 +122,7 @@ func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, ret
 // it cannot be queued) and gives back whatever it holds; it is idempotent.
 func (s *Semaphore) abandonScript(ctx context.Context, id, entry string) error {
 	err := lua.SemAbandon.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(id)),
-		[]string{id, entry, ms(s.c.Cfg.WatchdogTimeout), publishCommand, s.keys.grantPrefix}).Error()
+		[]string{id, entry, ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix}).Error()
 	s.c.NoteError(err)
 	return err
 }

@@ -1,0 +1,93 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Resolved sharding modes (Multiplexer.mode).
+const (
+	modeUnknown int32 = iota
+	modeClassic
+	modeSharded
+)
+
+// Sharded reports whether the Multiplexer subscribes with SSUBSCRIBE, so
+// that publishers must use SPUBLISH (see PublishCommand). Under ShardingAuto
+// on a cluster client the first call asks the server its version (INFO
+// server), retrying transient failures until ctx ends; the answer is kept.
+func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
+	if mode := m.mode.Load(); mode != modeUnknown {
+		return mode == modeSharded, nil
+	}
+	backoff := minReconnectBackoff
+	for {
+		mode, err := m.detect(ctx)
+		if err == nil {
+			m.mode.CompareAndSwap(modeUnknown, mode)
+			return m.mode.Load() == modeSharded, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("pubsub: detect sharded pub/sub: %w (last error: %w)", ctx.Err(), err)
+		case <-m.closed:
+			return false, ErrClosed
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, m.cfg.maxBackoff)
+	}
+}
+
+// PublishCommand returns "SPUBLISH" when the Multiplexer is sharded, else
+// "PUBLISH": what a script must publish with to reach its Waiters. When the
+// mode is not known yet it is detected within ctx; if that fails (Redis
+// unreachable) "PUBLISH" is returned: a message published so may be missed
+// by sharded Waiters, who then wait for their next re-check, never for a
+// wrong grant (messages only wake).
+func (m *Multiplexer) PublishCommand(ctx context.Context) string {
+	if sharded, _ := m.Sharded(ctx); sharded {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
+// detect decides the mode once; an error means "ask again later".
+func (m *Multiplexer) detect(ctx context.Context) (int32, error) {
+	switch m.cfg.sharding {
+	case ShardingClassic:
+		return modeClassic, nil
+	case ShardingSharded:
+		return modeSharded, nil
+	}
+	if m.client.Mode() != rueidis.ClientModeCluster {
+		return modeClassic, nil
+	}
+	info, err := m.client.Do(ctx, m.client.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		if permanent(err) {
+			return modeClassic, nil // INFO denied: the safe, universal choice
+		}
+		return modeUnknown, err
+	}
+	if redisMajor(info) >= 7 {
+		return modeSharded, nil
+	}
+	return modeClassic, nil
+}
+
+// redisMajor returns the major version in an INFO server text, 0 if absent.
+func redisMajor(info string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			major, _, _ := strings.Cut(v, ".")
+			n, _ := strconv.Atoi(major)
+			return n
+		}
+	}
+	return 0
+}
