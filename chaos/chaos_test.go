@@ -348,7 +348,7 @@ func injectRestart(r *run, full bool) {
 
 // onLongHolds calls fault for each of the first 2 (full: 10) workers seen
 // entering a long critical section, one at a time, with its count so far
-// (RWMutex: writers and readers in turn).
+// (RWMutex: writers and readers in turn, still in it).
 func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 	limit := 2
 	if full {
@@ -359,8 +359,12 @@ func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 		case <-r.ctx.Done():
 			return
 		case ev := <-r.entered:
-			// RWMutex: a writer first, then a reader, in turn.
-			if ev.Long && (r.sc.kind != "rw" || ev.Write == (n%2 == 0)) {
+			// RWMutex: a writer first, then a reader, in turn, each
+			// still in its critical section (one that entered while an
+			// earlier fault went on is skipped: the fault would miss it).
+			rw := r.sc.kind == "rw"
+			fresh := time.Duration(mono()-ev.TAcq) < r.sc.longHold/2
+			if ev.Long && (!rw || (fresh && ev.Write == (n%2 == 0))) {
 				fault(ev, n)
 				n++
 			}

@@ -294,7 +294,7 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	if err != nil {
 		return fmt.Errorf("resource enter: %w", err)
 	}
-	w.emit(event{Kind: "entered", Worker: cfg.ID, Op: op, Owner: ev.Owner, Long: ev.Long, Write: ev.Write, Token: ev.Token})
+	w.emit(event{Kind: "entered", Worker: cfg.ID, Op: op, Owner: ev.Owner, Long: ev.Long, Write: ev.Write, Token: ev.Token, TAcq: mono()})
 	reader := w.rw != nil && !ev.Write
 	switch {
 	case reader:
