@@ -168,7 +168,8 @@ Columns: *faults injected* counts connection kills, restarts, SIGSTOPs, proxy
 stalls and cuts, Redis stalls, dropped pub/sub messages, lost replies, ACL
 revocations and force-unlocks that deleted a lock. *Accepted writes*
 are fenced read-modify-writes the resource accepted (semaphore: critical
-sections run). *Rejected stale writes* are fenced reads or writes the resource
+sections run; RWMutex: the writers', then the readers' fenced reads, two per
+read hold, under the token of the last writer). *Rejected stale writes* are fenced reads or writes the resource
 refused because a higher token had been seen (a restart loses the counter,
 which then starts again from the server clock, above the old tokens). *Leases lost*
 are holds whose context ended with ErrLeaseLost. *Overlaps (excused)* are
@@ -176,10 +177,13 @@ entries into the critical section beyond the limit (1 for a Mutex) as the
 workload saw them without fencing, each with a holder inside whose lease was
 lost (after a force-unlock: each holder inside but the one with the highest
 token lost its lease, and none was granted the lock after the force-unlock
-with an older token). *Violations* break a checked property (fencing, no lost update, no
+with an older token; RWMutex: entries that found a writer inside with
+anyone else, each such pair with one whose lease was lost). *Violations* break a checked property (fencing, no lost update, no
 unexcused overlap, clear errors, contexts ending with the right cause, nothing
 left in Redis, no goroutine leak, no hold granted after a force-unlock with a
-token issued before it). *Stuck waiters* did not return within the
+token issued before it; RWMutex: no read accepted after a write under a higher
+token nor a write after a read under the same or a higher one, no change seen
+by a reader during its hold, no worker whose writes never got the lock). *Stuck waiters* did not return within the
 wait timeout + 15s. *Longest recovery* runs from the end of a fault to the
 next acquisition by any worker.
 `
