@@ -706,10 +706,12 @@ func (res *result) checkSharedReads(ctx context.Context, r *run, byOwner map[str
 }
 
 // checkProgress checks that no worker was starved: each one that tried
-// took a lock, and each one that tried to write took the write lock at
-// least once (writer preference: readers cannot keep a writer out).
+// took a lock, and each one that waited for the write lock until its wait
+// timeout took it at least once (writer preference: readers cannot keep a
+// writer out). Writes refused at once (a Redis or permission error) are not
+// starvation.
 func (res *result) checkProgress(r *run, events []event) {
-	type tally struct{ reads, writes, readHolds, writeHolds int }
+	type tally struct{ reads, writes, readHolds, writeHolds, writeTimeouts int }
 	by := map[int]*tally{}
 	n := len(r.procs)
 	for _, e := range events {
@@ -724,8 +726,11 @@ func (res *result) checkProgress(r *run, events []event) {
 		}
 		if e.Write {
 			t.writes++
-			if e.AcqClass == "" {
+			switch e.AcqClass {
+			case "":
 				t.writeHolds++
+			case "timeout":
+				t.writeTimeouts++
 			}
 		} else {
 			t.reads++
@@ -743,8 +748,9 @@ func (res *result) checkProgress(r *run, events []event) {
 			continue
 		case t.readHolds+t.writeHolds == 0:
 			res.violation("worker %d made no progress: none of its %d acquisitions succeeded", w, t.reads+t.writes)
-		case t.writes > 0 && t.writeHolds == 0:
-			res.violation("worker %d starved: none of its %d write acquisitions succeeded (%d of %d reads did)", w, t.writes, t.readHolds, t.reads)
+		case t.writeTimeouts > 0 && t.writeHolds == 0:
+			res.violation("worker %d starved: none of its %d write acquisitions succeeded, %d ran out of time (%d of %d reads succeeded)",
+				w, t.writes, t.writeTimeouts, t.readHolds, t.reads)
 		}
 		took = append(took, fmt.Sprintf("%d/%d reads and %d/%d writes", t.readHolds, t.reads, t.writeHolds, t.writes))
 	}
