@@ -33,8 +33,8 @@ bench: check-redis
 bench-kinds: check-redis
 	cd bench && $(GO) run -mod=mod ./kinds $(KINDS_FLAGS)
 
-## chaos: the full fault-injection suite (several minutes): Mutex and semaphore
-## workloads in worker processes under killed connections, Redis restarts and
+## chaos: the full fault-injection suite (several minutes): Mutex, semaphore and
+## RWMutex workloads in worker processes under killed connections, Redis restarts and
 ## stalls, paused holders, a cut-off watchdog and lost wake-ups. Prints the
 ## figures and writes them to chaos/RESULTS.md.
 chaos: check-redis

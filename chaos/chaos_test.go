@@ -33,12 +33,13 @@ const (
 	watchdog    = time.Second     // lease of every hold (the workers' watchdog timeout)
 	waitTimeout = 8 * time.Second // bound of every Lock / Acquire
 	semLimit    = 2
+	rwWrites    = 8 // an RWMutex run writes in every 8th operation (and every other long one)
 )
 
 // scenario is one fault pattern applied to one primitive.
 type scenario struct {
 	name      string
-	kind      string // "mutex" or "semaphore"
+	kind      string // "mutex", "semaphore" or "rw" (RWMutex)
 	shortOps  int64
 	fullOps   int64
 	longEvery int64 // every longEvery-th operation holds for longHold
@@ -68,6 +69,19 @@ func scenarios() []scenario {
 	// The semaphore has no administrative reset (nothing like ForceUnlock
 	// that takes permits from their holders), so this one is Mutex only.
 	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 150, fullOps: 1000, goroutines: 4, inject: injectForceUnlock})
+	// The RWMutex, mostly readers: one scenario per kind of fault in the
+	// short suite (a killed connection, a paused holder, a stalled server),
+	// the others in the full one. It has no ForceUnlock.
+	out = append(out,
+		scenario{name: "conn-kill", kind: "rw", shortOps: 100, fullOps: 1000, inject: injectConnKill},
+		scenario{name: "redis-restart", kind: "rw", shortOps: 60, fullOps: 1000, fullOnly: true, inject: injectRestart},
+		scenario{name: "holder-paused", kind: "rw", shortOps: 40, fullOps: 400, longEvery: 10, longHold: 500 * time.Millisecond, inject: injectHolderPause},
+		scenario{name: "watchdog-cut", kind: "rw", shortOps: 40, fullOps: 400, longEvery: 10, longHold: 5 * watchdog / 2, fullOnly: true, inject: injectWatchdogCut},
+		scenario{name: "redis-stalled", kind: "rw", shortOps: 60, fullOps: 1000, inject: injectRedisStall},
+		scenario{name: "lost-wakeups", kind: "rw", shortOps: 60, fullOps: 1000, fullOnly: true, inject: injectLostWakeups},
+		scenario{name: "lost-replies", kind: "rw", shortOps: 60, fullOps: 4000, goroutines: 4, fullOnly: true, inject: injectLostReplies},
+		scenario{name: "acl-revoked", kind: "rw", shortOps: 60, fullOps: 1000, acl: true, fullOnly: true, inject: injectACLRevoke},
+	)
 	return out
 }
 
@@ -154,7 +168,8 @@ Columns: *faults injected* counts connection kills, restarts, SIGSTOPs, proxy
 stalls and cuts, Redis stalls, dropped pub/sub messages, lost replies, ACL
 revocations and force-unlocks that deleted a lock. *Accepted writes*
 are fenced read-modify-writes the resource accepted (semaphore: critical
-sections run). *Rejected stale writes* are fenced reads or writes the resource
+sections run; RWMutex: the writers', then the readers' fenced reads, two per
+read hold, under the token of the last writer). *Rejected stale writes* are fenced reads or writes the resource
 refused because a higher token had been seen (a restart loses the counter,
 which then starts again from the server clock, above the old tokens). *Leases lost*
 are holds whose context ended with ErrLeaseLost. *Overlaps (excused)* are
@@ -162,10 +177,13 @@ entries into the critical section beyond the limit (1 for a Mutex) as the
 workload saw them without fencing, each with a holder inside whose lease was
 lost (after a force-unlock: each holder inside but the one with the highest
 token lost its lease, and none was granted the lock after the force-unlock
-with an older token). *Violations* break a checked property (fencing, no lost update, no
+with an older token; RWMutex: entries that found a writer inside with
+anyone else, each such pair with one whose lease was lost). *Violations* break a checked property (fencing, no lost update, no
 unexcused overlap, clear errors, contexts ending with the right cause, nothing
 left in Redis, no goroutine leak, no hold granted after a force-unlock with a
-token issued before it). *Stuck waiters* did not return within the
+token issued before it; RWMutex: no read accepted after a write under a higher
+token nor a write after a read under the same or a higher one, no change seen
+by a reader during its hold, no worker whose writes never got the lock). *Stuck waiters* did not return within the
 wait timeout + 15s. *Longest recovery* runs from the end of a fault to the
 next acquisition by any worker.
 `
@@ -178,6 +196,9 @@ func (res result) cells() []string {
 	rejected := fmt.Sprint(res.rejected)
 	if strings.HasPrefix(res.name, "semaphore") {
 		rejected = "n/a (no token)"
+	}
+	if strings.HasPrefix(res.name, "rw/") {
+		accepted = fmt.Sprintf("%d (+%d reads)", res.accepted, res.acceptedReads)
 	}
 	return []string{res.name, fmt.Sprint(res.ops), fmt.Sprint(res.faults), fmt.Sprint(res.acquired), accepted,
 		rejected, fmt.Sprint(res.lostLeases), fmt.Sprint(res.overlaps), fmt.Sprint(len(res.violations)),
@@ -220,6 +241,11 @@ func (res result) notes() string {
 	}
 	if res.reenterErrs > 0 {
 		parts = append(parts, fmt.Sprintf("%d re-entr(y/ies) failed with a clear error", res.reenterErrs))
+	}
+	if res.readHolds+res.writeHolds > 0 {
+		parts = append(parts, fmt.Sprintf("%d read holds and %d write holds (of %d and %d attempts; by worker: %s); longest wait for the write lock %v, for the read lock %v",
+			res.readHolds, res.writeHolds, res.readAttempts, res.writeAttempts, res.progress,
+			res.writeWait.Round(time.Millisecond), res.readWait.Round(time.Millisecond)))
 	}
 	if len(res.violations) > 0 {
 		parts = append(parts, "violations: "+res.kinds())
@@ -325,7 +351,8 @@ func injectRestart(r *run, full bool) {
 }
 
 // onLongHolds calls fault for each of the first 2 (full: 10) workers seen
-// entering a long critical section, one at a time, with its count so far.
+// entering a long critical section, one at a time, with its count so far
+// (RWMutex: writers and readers in turn, still in it).
 func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 	limit := 2
 	if full {
@@ -336,7 +363,12 @@ func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 		case <-r.ctx.Done():
 			return
 		case ev := <-r.entered:
-			if ev.Long {
+			// RWMutex: a writer first, then a reader, in turn, each
+			// still in its critical section (one that entered while an
+			// earlier fault went on is skipped: the fault would miss it).
+			rw := r.sc.kind == "rw"
+			fresh := time.Duration(mono()-ev.TAcq) < r.sc.longHold/2
+			if ev.Long && (!rw || (fresh && ev.Write == (n%2 == 0))) {
 				fault(ev, n)
 				n++
 			}
@@ -485,7 +517,18 @@ func commandKind(args []string) string {
 		return "acquire"
 	case nk == 6 && has(5, ":sem:latch:"): // sem_release.lua
 		return "release"
-	case strings.HasSuffix(keys[0], ":sem:permits"), strings.HasSuffix(keys[0], "}"): // renew.lua, sem_renew.lua
+	case nk >= 8 && has(7, ":gone:") && len(argv) > 3 && has(0, ":rw"): // rw_acquire.lua or rw_abandon.lua
+		switch {
+		case len(argv) < 9:
+			return "abandon"
+		case argv[3] == "1":
+			return "reenter"
+		}
+		return "acquire"
+	case nk == 9 && has(7, ":latch:") && has(0, ":rw"): // rw_release.lua
+		return "release"
+	case strings.HasSuffix(keys[0], ":sem:permits"), strings.HasSuffix(keys[0], "}"), // renew.lua, sem_renew.lua
+		strings.HasSuffix(keys[0], ":rw"), strings.HasSuffix(keys[0], ":rw:r"): // renew.lua on an RWMutex writer, rw_renew.lua
 		return "renew"
 	}
 	return "other"
@@ -585,7 +628,7 @@ var aclRestore = []string{"+@all", "&chaos:*"}
 // Semaphore: PUBLISH, ZADD (acquisitions and renewals fail halfway) and the
 // channel pattern.
 func injectACLRevoke(r *run, full bool) {
-	revocations := [][]string{{"-pexpire"}, {"-publish", "-spublish"}, {"resetchannels"}}
+	revocations := [][]string{{"-pexpire"}, {"-publish", "-spublish"}, {"resetchannels"}} // Mutex and RWMutex
 	if r.sc.kind == "semaphore" {
 		revocations = [][]string{{"-publish", "-spublish"}, {"-zadd"}, {"resetchannels"}}
 	}

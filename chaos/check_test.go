@@ -47,9 +47,18 @@ type result struct {
 	// lock on. It is the window README.md documents, not violations.
 	windowPasses int
 	stuck        int
-	recovery     time.Duration
-	elapsed      time.Duration
-	violations   []string
+	// RWMutex: accepted reads of readers, holds and attempts by lock, the
+	// longest successful waits, and what every worker took (see
+	// checkProgress).
+	acceptedReads         int
+	readHolds, writeHolds int
+	readAttempts          int
+	writeAttempts         int
+	readWait, writeWait   time.Duration
+	progress              string
+	recovery              time.Duration
+	elapsed               time.Duration
+	violations            []string
 }
 
 func (res *result) violation(format string, args ...any) {
@@ -125,6 +134,9 @@ func (r *run) check(elapsed time.Duration) result {
 		default:
 			res.violation("op %d: acquisition failed after %v with an unclear error (%s): %s", e.Op, wait.Round(time.Millisecond), e.AcqClass, e.AcqErr)
 		}
+		if r.sc.kind == "rw" {
+			res.countRW(e, wait)
+		}
 		if e.AcqClass != "" {
 			continue
 		}
@@ -166,8 +178,16 @@ func (r *run) check(elapsed time.Duration) result {
 		case e.ReleaseClass == "error" && !permDenied:
 			res.violation("op %d: release failed: %s", e.Op, e.ReleaseErr)
 		}
-		if r.sc.kind == "mutex" && (!e.ReadOK || !e.WriteOK) {
+		switch {
+		case r.sc.kind == "mutex" && (!e.ReadOK || !e.WriteOK):
 			res.rejected++
+		case r.sc.kind == "rw" && e.Write && (!e.ReadOK || !e.WriteOK):
+			res.rejected++
+		case r.sc.kind == "rw" && !e.Write && (!e.ReadOK || !e.Read2OK):
+			res.rejected++
+		case r.sc.kind == "rw" && !e.Write && e.Value != e.Value2:
+			// Both reads accepted: no write may have come between them.
+			res.violation("reader %s (op %d, token %d) saw the value change from %d to %d during its hold", e.Owner, e.Op, e.Token, e.Value, e.Value2)
 		}
 		if r.sc.kind == "semaphore" {
 			res.accepted++
@@ -184,9 +204,14 @@ func (r *run) check(elapsed time.Duration) result {
 		}
 	}
 
-	// Fencing: the resource's log of accepted writes.
-	if r.sc.kind == "mutex" {
+	// Fencing: the resource's log of accepted writes (and reads).
+	switch r.sc.kind {
+	case "mutex":
 		res.checkFencing(ctx, r, byOwner)
+	case "rw":
+		res.checkFencing(ctx, r, byOwner)
+		res.checkSharedReads(ctx, r, byOwner)
+		res.checkProgress(r, events)
 	}
 
 	// A force-unlock ends whatever hold there is: every hold granted after
@@ -233,6 +258,16 @@ func (r *run) check(elapsed time.Duration) result {
 		res.violation("resource: %v", err)
 	}
 	for _, inside := range exc {
+		if r.sc.kind == "rw" {
+			conflict, why := rwOverlap(inside[1:], byOwner)
+			switch {
+			case why != "":
+				res.violation("%d inside at once, a writer among them: %s: %v", len(inside)-1, why, inside[1:])
+			case conflict:
+				res.overlaps++
+			}
+			continue
+		}
 		if len(forced) > 0 && r.sc.kind == "mutex" {
 			why, inWindow := forcedOverlap(inside[1:], byOwner, stale, forced)
 			res.windowPasses += inWindow
@@ -343,6 +378,12 @@ func permissionDenied(msg string) bool {
 // violationKind names the kind of a violation message, for the summary.
 func violationKind(v string) string {
 	for _, k := range []struct{ sub, kind string }{
+		{"accepted after a read", "fenced reader-writer overlap"},
+		{"accepted after a write", "fenced reader-writer overlap"},
+		{"saw the value change", "reader saw a write"},
+		{"a writer among them", "unexcused reader-writer or writer-writer overlap"},
+		{"starved", "writer starved"},
+		{"no progress", "worker made no progress"},
 		{"accepted twice", "duplicate token"},
 		{"accepted after token", "non-monotonic token"},
 		{"lost update", "lost update"},
@@ -456,6 +497,9 @@ func (r *run) leftovers(ctx context.Context) []string {
 		case ts == "string" && (strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":seq")) && !st.HasExpiry:
 			// a Mutex's fencing or arrival counter: permanent
 		case ts == "hash" && strings.HasSuffix(k, ":sem") && !st.HasExpiry: // the semaphore's limit and counts
+		case ts == "string" && strings.HasSuffix(k, ":rw:fence") && st.HasExpiry:
+			// an RWMutex's fencing counter: lives on for an hour after its
+			// last use (rw_lib.lua), so that tokens keep rising
 		case st.HasExpiry && (strings.Contains(k, ":latch:") || strings.Contains(k, ":gone:")):
 			// a release latch or tombstone: a fixed lifetime nobody extends
 		case st.HasExpiry:
@@ -527,4 +571,188 @@ func semState(ctx context.Context, r *run) (semaphore.State, error) {
 	}
 	defer c.Close()
 	return semaphore.New(c, "res").State(ctx)
+}
+
+// countRW adds an RWMutex operation to the figures by lock.
+func (res *result) countRW(e event, wait time.Duration) {
+	if e.Write {
+		res.writeAttempts++
+	} else {
+		res.readAttempts++
+	}
+	if e.AcqClass != "" {
+		return
+	}
+	if e.Write {
+		res.writeHolds++
+		res.writeWait = max(res.writeWait, wait)
+	} else {
+		res.readHolds++
+		res.readWait = max(res.readWait, wait)
+	}
+}
+
+// rwOverlap judges RWMutex holders inside the critical section at once.
+// Readers may share it; a writer may not share it with anyone. conflict
+// reports whether a writer was there with someone else; why, when not "",
+// says why that is not excused: every pair of a writer and another holder
+// must include one that lost its lease.
+func rwOverlap(inside []string, byOwner map[string]event) (conflict bool, why string) {
+	for i, a := range inside {
+		ea, ok := byOwner[a]
+		if !ok {
+			return true, a + " never reported"
+		}
+		for _, b := range inside[i+1:] {
+			eb, ok := byOwner[b]
+			if !ok {
+				return true, b + " never reported"
+			}
+			if !ea.Write && !eb.Write {
+				continue // readers share
+			}
+			conflict = true
+			if ea.Cause != "leaselost" && eb.Cause != "leaselost" {
+				return true, fmt.Sprintf("%s (%s, token %d) and %s (%s, token %d) both kept their leases",
+					a, lockWord(ea.Write), ea.Token, b, lockWord(eb.Write), eb.Token)
+			}
+		}
+	}
+	return conflict, ""
+}
+
+func lockWord(write bool) string {
+	if write {
+		return "writer"
+	}
+	return "reader"
+}
+
+// checkSharedReads checks the readers' accepted reads against the writes, in
+// the order the resource accepted them: a read carries a token at or above
+// every write accepted before it (readers share their writer's token), and a
+// write one above every read accepted before it (readers are let in only once
+// the writer whose token they carry is gone). Either failure is a reader and
+// a writer both at the resource under the lock.
+func (res *result) checkSharedReads(ctx context.Context, r *run, byOwner map[string]event) {
+	writes, err := resource{c: r.resRC}.log(ctx)
+	if err != nil {
+		res.violation("resource log: %v", err)
+		return
+	}
+	reads, err := resource{c: r.resRC}.reads(ctx)
+	if err != nil {
+		res.violation("resource reads: %v", err)
+		return
+	}
+	res.acceptedReads = len(reads)
+	accepted := map[string]int{}
+	var topWrite, lastRead *acceptedWrite // the highest tokens so far
+	var lastReader string
+	var value int64
+	for i, j := 0, 0; i < len(writes) || j < len(reads); {
+		if j == len(reads) || (i < len(writes) && writes[i].seq < reads[j].seq) {
+			w := writes[i]
+			i++
+			if lastRead != nil && w.token <= lastRead.token {
+				res.violation("write under token %d (%s) accepted after a read under token %d (%s)", w.token, w.owner, lastRead.token, lastReader)
+			}
+			if e, ok := byOwner[w.owner]; ok && !e.Write {
+				res.violation("write of %s accepted by the resource, but it held the read lock", w.owner)
+			}
+			if topWrite == nil || w.token > topWrite.token {
+				topWrite = &writes[i-1]
+			}
+			value = w.new
+			continue
+		}
+		rd := reads[j]
+		j++
+		if topWrite != nil && rd.token < topWrite.token {
+			res.violation("read under token %d (%s) accepted after a write under token %d (%s)", rd.token, rd.owner, topWrite.token, topWrite.owner)
+		}
+		if rd.value != value {
+			res.violation("read of %s returned %d, but the last accepted write left %d", rd.owner, rd.value, value)
+		}
+		if lastRead == nil || rd.token > lastRead.token {
+			lastRead, lastReader = &acceptedWrite{seq: rd.seq, token: rd.token}, rd.owner
+		}
+		accepted[rd.owner]++
+		e, ok := byOwner[rd.owner]
+		switch {
+		case !ok:
+		case e.Write:
+			res.violation("read of %s accepted as a reader's, but it held the write lock", rd.owner)
+		case uint64(rd.token) != e.Token:
+			res.violation("read of %s accepted under token %d, but its hold had token %d", rd.owner, rd.token, e.Token)
+		}
+	}
+	for owner, n := range accepted {
+		e, ok := byOwner[owner]
+		if !ok {
+			continue
+		}
+		want := 0
+		if e.ReadOK {
+			want++
+		}
+		if e.Read2OK {
+			want++
+		}
+		if n != want {
+			res.violation("resource accepted %d read(s) of %s, the reader reported %d", n, owner, want)
+		}
+	}
+}
+
+// checkProgress checks that no worker was starved: each one that tried
+// took a lock, and each one that waited for the write lock until its wait
+// timeout took it at least once (writer preference: readers cannot keep a
+// writer out). Writes refused at once (a Redis or permission error) are not
+// starvation.
+func (res *result) checkProgress(r *run, events []event) {
+	type tally struct{ reads, writes, readHolds, writeHolds, writeTimeouts int }
+	by := map[int]*tally{}
+	n := len(r.procs)
+	for _, e := range events {
+		if e.Kind != "op" {
+			continue
+		}
+		n = max(n, e.Worker+1)
+		t := by[e.Worker]
+		if t == nil {
+			t = &tally{}
+			by[e.Worker] = t
+		}
+		if e.Write {
+			t.writes++
+			switch e.AcqClass {
+			case "":
+				t.writeHolds++
+			case "timeout":
+				t.writeTimeouts++
+			}
+		} else {
+			t.reads++
+			if e.AcqClass == "" {
+				t.readHolds++
+			}
+		}
+	}
+	var took []string
+	for w := range n {
+		t := by[w]
+		switch {
+		case t == nil:
+			res.violation("worker %d made no progress: no operation", w)
+			continue
+		case t.readHolds+t.writeHolds == 0:
+			res.violation("worker %d made no progress: none of its %d acquisitions succeeded", w, t.reads+t.writes)
+		case t.writeTimeouts > 0 && t.writeHolds == 0:
+			res.violation("worker %d starved: none of its %d write acquisitions succeeded, %d ran out of time (%d of %d reads succeeded)",
+				w, t.writes, t.writeTimeouts, t.readHolds, t.reads)
+		}
+		took = append(took, fmt.Sprintf("%d/%d reads and %d/%d writes", t.readHolds, t.reads, t.writeHolds, t.writes))
+	}
+	res.progress = strings.Join(took, ", ")
 }

@@ -148,6 +148,9 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		LongEvery: sc.longEvery, LongHold: sc.longHold,
 		Reenter: sc.reenter && sc.kind == "mutex",
 	}
+	if sc.kind == "rw" {
+		r.cfg.WriteEvery = rwWrites
+	}
 	if sc.kind == "semaphore" {
 		setLimit(t, r.lock, limit)
 	}

@@ -28,7 +28,7 @@ const workerEnv = "RELOCK_CHAOS_WORKER"
 
 type workerConfig struct {
 	ID         int
-	Kind       string // "mutex" or "semaphore"
+	Kind       string // "mutex", "semaphore" or "rw" (RWMutex)
 	LockAddr   string // the lock server, usually through a fault proxy
 	ResAddr    string // the resource server
 	Prefix     string
@@ -42,8 +42,26 @@ type workerConfig struct {
 	LongEvery  int64         // every LongEvery-th operation is long (0: none)
 	LongHold   time.Duration
 	Reenter    bool   // Mutex: re-enter every hold once, and unlock that level before the last
+	WriteEvery int64  // RWMutex: every WriteEvery-th operation writes (see isWrite)
 	Username   string // ACL user for the lock server ("": default user)
 	Password   string
+}
+
+// isLong reports whether operation op holds the lock for LongHold.
+func (cfg workerConfig) isLong(op int64) bool { return cfg.LongEvery > 0 && op%cfg.LongEvery == 0 }
+
+// isWrite reports whether operation op of an RWMutex run takes the write lock
+// (the others take the read lock): every WriteEvery-th operation, and every
+// other long one, so that faults aimed at long holds find writers and
+// readers alike.
+func (cfg workerConfig) isWrite(op int64) bool {
+	switch {
+	case cfg.Kind != "rw":
+		return false
+	case cfg.isLong(op):
+		return (op/cfg.LongEvery)%2 == 1
+	}
+	return cfg.WriteEvery > 0 && op%cfg.WriteEvery == 0
 }
 
 // event is one line a worker writes to stdout. Times are CLOCK_MONOTONIC
@@ -54,6 +72,7 @@ type event struct {
 	Op     int64
 	Owner  string `json:",omitempty"`
 	Long   bool   `json:",omitempty"`
+	Write  bool   `json:",omitempty"` // RWMutex: the write lock (else the read lock)
 	Token  uint64 `json:",omitempty"`
 
 	T0, TAcq, TWrite, TEnd int64 `json:",omitempty"`
@@ -65,6 +84,12 @@ type event struct {
 	ReadOK, WriteOK bool  `json:",omitempty"`
 	Seq             int64 `json:",omitempty"`
 	CtxDoneAtWrite  bool  `json:",omitempty"`
+	// RWMutex readers read twice, on entering and at the end of the
+	// critical section (at TWrite), and write nothing: ReadOK and Value are
+	// the first read, Read2OK and Value2 the second (made only after an
+	// accepted first one).
+	Read2OK       bool  `json:",omitempty"`
+	Value, Value2 int64 `json:",omitempty"`
 
 	ReenterErr string `json:",omitempty"` // the re-entry failed (the level is not unlocked)
 	InnerErr   string `json:",omitempty"` // unlocking the re-entered level failed
@@ -106,6 +131,7 @@ type worker struct {
 	out *bufio.Writer
 	res resource
 	m   *rlock.Mutex
+	rw  *rlock.RWMutex
 	sem *semaphore.Semaphore
 }
 
@@ -135,9 +161,12 @@ func (w *worker) run() error {
 		return err
 	}
 	w.res = resource{c: resRC}
-	if cfg.Kind == "mutex" {
+	switch cfg.Kind {
+	case "mutex":
 		w.m = client.Mutex(cfg.Name)
-	} else {
+	case "rw":
+		w.rw = client.RWMutex(cfg.Name)
+	default:
 		w.sem = semaphore.New(client, cfg.Name)
 	}
 
@@ -198,17 +227,24 @@ func (w *worker) loop(ctx context.Context, g int) error {
 }
 
 // operation is one acquisition, read-modify-write of the resource and
-// release. Only resource errors are returned: the resource is never faulted.
+// release (an RWMutex reader reads twice and writes nothing). Only resource
+// errors are returned: the resource is never faulted.
 func (w *worker) operation(ctx context.Context, op int64) error {
 	cfg := w.cfg
 	ev := event{Kind: "op", Worker: cfg.ID, Op: op, Owner: fmt.Sprintf("w%d.op%d", cfg.ID, op)}
-	ev.Long = cfg.LongEvery > 0 && op%cfg.LongEvery == 0
+	ev.Long = cfg.isLong(op)
+	ev.Write = cfg.isWrite(op)
 	ev.T0 = mono()
 	var hold context.Context
 	var err error
-	if w.m != nil {
+	switch {
+	case w.m != nil:
 		hold, err = w.m.Lock(ctx, rlock.WithWaitTimeout(cfg.Wait))
-	} else {
+	case w.rw != nil && ev.Write:
+		hold, err = w.rw.Lock(ctx, rlock.WithWaitTimeout(cfg.Wait))
+	case w.rw != nil:
+		hold, err = w.rw.RLock(ctx, rlock.WithWaitTimeout(cfg.Wait))
+	default:
 		hold, err = w.sem.Acquire(ctx, 1, semaphore.WithWaitTimeout(cfg.Wait))
 	}
 	ev.TAcq = mono()
@@ -233,8 +269,11 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 		}
 		return nil
 	}
-	if w.m != nil {
+	switch {
+	case w.m != nil:
 		ev.Token, _ = w.m.Token(hold)
+	case w.rw != nil:
+		ev.Token, _ = w.rw.Token(hold)
 	}
 	reentered := false
 	if cfg.Reenter {
@@ -247,13 +286,23 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if ev.Inside, err = w.res.enter(rctx, ev.Owner, cfg.Limit); err != nil {
+	if w.rw != nil {
+		ev.Inside, err = w.res.enterRW(rctx, ev.Owner, ev.Write)
+	} else {
+		ev.Inside, err = w.res.enter(rctx, ev.Owner, cfg.Limit)
+	}
+	if err != nil {
 		return fmt.Errorf("resource enter: %w", err)
 	}
-	w.emit(event{Kind: "entered", Worker: cfg.ID, Op: op, Owner: ev.Owner, Long: ev.Long, Token: ev.Token})
-	var value int64
-	if w.m != nil {
-		if ev.ReadOK, value, err = w.res.read(rctx, ev.Token, ev.Owner); err != nil {
+	w.emit(event{Kind: "entered", Worker: cfg.ID, Op: op, Owner: ev.Owner, Long: ev.Long, Write: ev.Write, Token: ev.Token, TAcq: mono()})
+	reader := w.rw != nil && !ev.Write
+	switch {
+	case reader:
+		if ev.ReadOK, ev.Value, err = w.res.readShared(rctx, ev.Token, ev.Owner); err != nil {
+			return fmt.Errorf("resource read: %w", err)
+		}
+	case w.m != nil || w.rw != nil:
+		if ev.ReadOK, ev.Value, err = w.res.read(rctx, ev.Token, ev.Owner); err != nil {
 			return fmt.Errorf("resource read: %w", err)
 		}
 	}
@@ -264,9 +313,16 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	time.Sleep(work) // simulated work in the critical section
 	ev.CtxDoneAtWrite = hold.Err() != nil
 	ev.TWrite = mono()
-	if w.m != nil && ev.ReadOK {
+	switch {
+	case reader && ev.ReadOK:
+		// Deliberately no check of hold.Err(): fencing must stop a stale
+		// read, and a reader must see no write during its hold.
+		if ev.Read2OK, ev.Value2, err = w.res.readShared(rctx, ev.Token, ev.Owner); err != nil {
+			return fmt.Errorf("resource read: %w", err)
+		}
+	case !reader && (w.m != nil || w.rw != nil) && ev.ReadOK:
 		// Deliberately no check of hold.Err(): fencing must stop a stale write.
-		if ev.WriteOK, ev.Seq, err = w.res.write(rctx, ev.Token, ev.Owner, value, value+1); err != nil {
+		if ev.WriteOK, ev.Seq, err = w.res.write(rctx, ev.Token, ev.Owner, ev.Value, ev.Value+1); err != nil {
 			return fmt.Errorf("resource write: %w", err)
 		}
 	}
@@ -280,7 +336,7 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 			ev.InnerErr = err.Error()
 		}
 	}
-	err = w.release(hold)
+	err = w.release(hold, ev.Write)
 	ev.ReleaseClass = classifyRelease(err)
 	if err != nil {
 		ev.ReleaseErr = err.Error()
@@ -299,10 +355,15 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 
 // release releases the hold; a release that failed for a connection error
 // (Redis down longer than the unlock timeout) is retried once.
-func (w *worker) release(hold context.Context) error {
+func (w *worker) release(hold context.Context, write bool) error {
 	do := func() error {
-		if w.m != nil {
+		switch {
+		case w.m != nil:
 			return w.m.Unlock(hold)
+		case w.rw != nil && write:
+			return w.rw.Unlock(hold)
+		case w.rw != nil:
+			return w.rw.RUnlock(hold)
 		}
 		return w.sem.Release(hold)
 	}
