@@ -478,7 +478,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
 	m := a.m
 	c := m.c
-	err := notReplicated(c, m.name, acked)
+	err := notReplicated(c, acked)
 	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
 	defer cancel()
 	uerr := core.RetryTransient(undoCtx, func() error {
@@ -504,7 +504,7 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 // When that cannot be confirmed, the whole hold is given up, as for any
 // re-entry of unknown outcome.
 func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
-	err := notReplicated(m.c, m.name, acked)
+	err := notReplicated(m.c, acked)
 	requestID := m.c.NewID()
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {

@@ -82,9 +82,9 @@ func (c *config) validateReplicaAck() error {
 const ackRetryIn = 50 * time.Millisecond
 
 // notReplicated is the error of an acquisition acknowledged by acked replicas
-// only.
-func notReplicated(c *core.Client, name string, acked int64) error {
-	return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, name, acked, c.Cfg.ReplicaAck, c.Cfg.ReplicaAckTimeout)
+// only (the caller names the lock).
+func notReplicated(c *core.Client, acked int64) error {
+	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.Cfg.ReplicaAck, c.Cfg.ReplicaAckTimeout)
 }
 
 // acquireAcked runs acquire.lua and, when it took the lock (or re-entered), WAIT
