@@ -240,7 +240,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if ctx.Err() == nil { // not the wait ending mid-call
 			a.lastErr, a.sawHolder = err, false
 		}
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
+			// (status 1 with an error: the script took the lock, WAIT
+			// failed; WithReplicaAck.)
 			// The script may have run, or may still run: this owner may
 			// hold the lock or a place in the queue. Keep the owner, so that
 			// the next attempt finds either; only a round trip may confirm a
@@ -448,8 +450,10 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 		return err
 	})
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 {
 			// Refused before it changed anything: the hold is as it was.
+			// (Status 1: the script counted the re-entry, and WAIT, with
+			// WithReplicaAck, was refused.)
 			h.SetLease(lease, renewed)
 			return nil, m.wrap("re-enter", err)
 		}

@@ -91,7 +91,9 @@ func notReplicated(c *core.Client, acked int64) error {
 // on the same connection, so that the count covers the script's writes and
 // everything before them in the replication stream (a hand-off written by the
 // releaser's connection among them). persist repeats WAIT until enough
-// replicas acknowledged or ctx ends. acked is -1 when no WAIT was sent.
+// replicas acknowledged or ctx ends. acked is -1 when no WAIT was sent. When
+// WAIT fails (a lost connection, or a user without the right to run it), r
+// still has status 1 with the error: the lock may be held.
 func acquireAcked(ctx context.Context, c *core.Client, keys, args []string, persist bool) (r acquireReply, acked int64, err error) {
 	acked = -1
 	err = c.RC.Dedicated(func(dc rueidis.DedicatedClient) error {

@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -525,4 +526,51 @@ func TestReplicaAckOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
+}
+
+// TestReplicaAckCluster: through a rueidis cluster client, WAIT goes on the
+// connection of the script (rueidis's Dedicated pins the lock's slot): on a
+// one-node cluster without replicas Lock fails with ErrNotReplicated and
+// leaves nothing held; with WithReplicaAck off it succeeds.
+func TestReplicaAckCluster(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Owned(t, redistest.WithArgs("--cluster-enabled", "yes"))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := srv.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the cluster never became ready", func() bool {
+		msg, err := srv.Do(ctx, "CLUSTER", "INFO")
+		info, _ := msg.ToString()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	})
+	rc := redistest.Client(t, srv, func(o *rueidis.ClientOption) { o.ForceSingleClient = false })
+	if rc.Mode() != rueidis.ClientModeCluster {
+		t.Fatalf("client mode %v, want cluster", rc.Mode())
+	}
+	acked, err := rlock.New(rc, rlock.WithReplicaAck(1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acked.Close()
+	const name = "ack-cluster"
+	if _, err := acked.Mutex(name).Lock(ctx); !errors.Is(err, rlock.ErrNotReplicated) {
+		t.Fatalf("Lock without replicas = %v, want ErrNotReplicated", err)
+	}
+	if exists(t, srv, "rlock:{"+name+"}") {
+		t.Fatal("a Lock that failed with ErrNotReplicated left the lock held")
+	}
+	plain, err := rlock.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	lockCtx, err := plain.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Mutex(name).Unlock(lockCtx); err != nil {
+		t.Fatal(err)
+	}
 }
