@@ -237,7 +237,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
 	if err != nil {
 		c.NoteError(err)
-		if ctx.Err() == nil { // not the wait ending mid-call
+		// Not the wait ending mid-call (rueidis may report the deadline of a
+		// blocking WAIT a moment before ctx does: keep the reason the
+		// attempts before it failed).
+		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
 			a.lastErr, a.sawHolder = err, false
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
