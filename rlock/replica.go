@@ -57,9 +57,10 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 // acknowledge in time: instead of failing with ErrNotReplicated, a blocking
 // Lock gives the acquisition back and tries again, queued like any waiter,
 // until enough replicas acknowledge one or its ctx (or wait timeout) ends;
-// the error then matches ErrNotReplicated too. A re-entry keeps waiting for
-// the acknowledgement while ctx lasts. TryLock still makes one attempt and
-// fails with ErrNotReplicated. It requires WithReplicaAck.
+// the error then matches ErrNotReplicated too. A re-entry, whose hold the
+// watchdog keeps meanwhile, repeats WAIT for up to the unlock timeout
+// (WithUnlockTimeout) before it is taken back. TryLock still makes one
+// attempt and fails with ErrNotReplicated. It requires WithReplicaAck.
 func WithReplicaAckRetry() Option {
 	return func(c *config) { c.ackRetry = true }
 }
