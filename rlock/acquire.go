@@ -131,7 +131,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if firstAttempt {
 		ok, wait2, err := a.try(ctx, nil)
 		switch {
-		case err != nil && wait && core.Retryable(ctx, err):
+		case err != nil && wait && (core.Retryable(ctx, err) || m.c.Cfg.ReplicaAckRetry && errors.Is(err, ErrNotReplicated)):
 			// A dropped connection is no reason to give up a blocking Lock:
 			// the wait below retries with backoff while ctx lasts.
 		case err != nil:
@@ -237,10 +237,15 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
 	if err != nil {
 		c.NoteError(err)
-		if ctx.Err() == nil { // not the wait ending mid-call
+		// Not the wait ending mid-call (rueidis may report the deadline of a
+		// blocking WAIT a moment before ctx does: keep the reason the
+		// attempts before it failed).
+		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
 			a.lastErr, a.sawHolder = err, false
 		}
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
+			// (status 1 with an error: the script took the lock, WAIT
+			// failed; WithReplicaAck.)
 			// The script may have run, or may still run: this owner may
 			// hold the lock or a place in the queue. Keep the owner, so that
 			// the next attempt finds either; only a round trip may confirm a
@@ -253,6 +258,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	a.lastErr = nil
 	switch r.status {
 	case 1:
+		if c.Cfg.ReplicaAck > 0 && r.acked < int64(c.Cfg.ReplicaAck) {
+			return a.unacked(ctx, w, r.acked)
+		}
 		a.reply, a.ticket = r, t
 		if w != nil {
 			a.listen(w)
@@ -286,6 +294,12 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 	g, ok := parseGrant(w.TakeData(), a.secret)
 	if !ok || a.queuedAt.At().IsZero() || g.first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
+		return false
+	}
+	if a.m.c.Cfg.ReplicaAck > 0 {
+		// The hand-off was written by the releaser's connection: confirm
+		// it with a round trip (acquire.lua re-sets the lease of the hold
+		// it finds) followed by WAIT on ours, which covers the hand-off too.
 		return false
 	}
 	a.reply = acquireReply{status: 1, token: g.first, last: g.last, count: 1, left: g.left}
@@ -439,8 +453,10 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 		return err
 	})
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 {
 			// Refused before it changed anything: the hold is as it was.
+			// (Status 1: the script counted the re-entry, and WAIT, with
+			// WithReplicaAck, was refused.)
 			h.SetLease(lease, renewed)
 			return nil, m.wrap("re-enter", err)
 		}
@@ -453,7 +469,67 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 		h.End(ErrLeaseLost)
 		return nil, m.notHeld(ErrLeaseLost)
 	}
-	h.SetCount(r.count)
 	h.Extend(t, newLease)
+	if m.c.Cfg.ReplicaAck > 0 && r.acked < int64(m.c.Cfg.ReplicaAck) {
+		return nil, m.reentryUnacked(callCtx, h, newLease, r.acked)
+	}
+	h.SetCount(r.count)
 	return ctx, nil
+}
+
+// unacked gives back an acquisition that too few replicas acknowledged
+// (WithReplicaAck) before the call goes on: at once, so that a failing Lock
+// leaves nothing held in Redis, and under a tombstone, as the owner id is not
+// used again. With WithReplicaAckRetry a waiting call tries again soon, under
+// a new owner id; otherwise the attempt fails with ErrNotReplicated.
+func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+	m := a.m
+	c := m.c
+	err := notReplicated(c, acked)
+	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
+	defer cancel()
+	uerr := core.RetryTransient(undoCtx, func() error {
+		e := abandonScript(undoCtx, c, m.keys, a.owner, a.secret, a.lease, true)
+		c.NoteError(e)
+		return e
+	})
+	if uerr != nil {
+		// Keep trying in the background; the lease bounds the hold anyway.
+		abandon(c, m.keys, a.owner, a.secret, a.lease, true)
+		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
+	}
+	a.owner, a.secret, a.queuedAt, a.queued, a.uncertain = c.NewID(), newSecret(), core.Ticket{}, false, false
+	a.sawHolder, a.lastErr = false, err
+	if c.Cfg.ReplicaAckRetry && w != nil {
+		return false, ackRetryIn, nil
+	}
+	return false, 0, err
+}
+
+// reentryUnacked takes back a re-entry that too few replicas acknowledged
+// (WithReplicaAck): one release, so the hold count is as before the call.
+// When that cannot be confirmed, the whole hold is given up, as for any
+// re-entry of unknown outcome.
+func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
+	err := notReplicated(m.c, acked)
+	requestID := m.c.NewID()
+	var r releaseReply
+	uerr := core.RetryTransient(ctx, func() (e error) {
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, "", "", false)
+		m.c.NoteError(e)
+		return e
+	})
+	switch {
+	case uerr != nil:
+		ae := h.Abandon("re-enter", uerr, func(ctx context.Context) error {
+			return abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, false)
+		})
+		return m.wrap("re-enter", fmt.Errorf("%w; taking it back: %w", err, ae))
+	case r.left < 1:
+		// The outer hold is gone too (lost to a failover or expiry).
+		h.End(ErrLeaseLost)
+		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, err))
+	}
+	h.SetCount(r.left)
+	return m.wrap("re-enter", err)
 }

@@ -80,6 +80,10 @@ type config struct {
 	probeTimeout    time.Duration // see WithProbeTimeout
 	linger          time.Duration // see WithLinger
 	fifo            bool          // see WithFIFO
+	ackReplicas     int           // see WithReplicaAck
+	ackTimeout      time.Duration // see WithReplicaAck
+	ackSet          bool
+	ackRetry        bool // see WithReplicaAckRetry
 }
 
 func defaultConfig() config {
@@ -110,6 +114,9 @@ func (c *config) validate() error {
 	if err := checkRange("WithLinger", c.linger, 0, MaxLinger); err != nil {
 		return err
 	}
+	if err := c.validateReplicaAck(); err != nil {
+		return err
+	}
 	return core.ValidatePrefix(c.keyPrefix, ErrInvalidName)
 }
 
@@ -120,6 +127,10 @@ func (c *config) core() core.Config {
 		NoExpiryPoll:    c.noExpiryPoll,
 		KeyPrefix:       c.keyPrefix,
 		Linger:          c.linger,
+
+		ReplicaAck:        c.ackReplicas,
+		ReplicaAckTimeout: c.ackTimeout,
+		ReplicaAckRetry:   c.ackRetry,
 	}
 }
 

@@ -42,6 +42,9 @@ type acquireReply struct {
 	// fence is the fencing counter when a queued attempt failed: a hand-off
 	// with tokens not above it predates the attempt.
 	fence uint64
+	// acked is how many replicas acknowledged an acquisition (WAIT, with
+	// WithReplicaAck; -1 when none was asked).
+	acked int64
 }
 
 func flag(b bool) string {
@@ -138,9 +141,18 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 	if a.reentry != "" {
 		latch = k.latch(a.reentry)
 	}
-	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch},
-		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand(ctx, c), k.channel,
-			block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}).AsIntSlice()
+	keys := []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch}
+	args := []string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand(ctx, c), k.channel,
+		block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}
+	if c.Cfg.ReplicaAck > 0 {
+		// WithReplicaAck: a re-entry (whose hold the watchdog keeps) may
+		// wait for the replicas as long as the caller does; a first
+		// acquisition is given back instead (see acquisition.unacked).
+		r, acked, err := acquireAcked(ctx, c, keys, args, a.reentry != "" && c.Cfg.ReplicaAckRetry)
+		r.acked = acked
+		return r, err
+	}
+	vals, err := lua.Acquire.Exec(ctx, c.RC, keys, args).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}

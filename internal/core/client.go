@@ -23,6 +23,13 @@ type Config struct {
 	// Linger is how long a contended hold, at its last release, is kept for
 	// the Client's next acquisition (rlock.WithLinger); 0: never.
 	Linger time.Duration
+	// ReplicaAck is how many replicas must acknowledge an acquisition
+	// (WAIT) before it counts (rlock.WithReplicaAck); 0: none.
+	ReplicaAck        int
+	ReplicaAckTimeout time.Duration
+	// ReplicaAckRetry: an acquisition too few replicas acknowledged is
+	// undone and tried again while the caller waits, instead of failing.
+	ReplicaAckRetry bool
 }
 
 // Client is one owner identity and its shared machinery.

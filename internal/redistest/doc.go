@@ -11,6 +11,12 @@
 // parallel. [Attach] wraps a server somebody else runs; such a server is not
 // owned and refuses fault injection with [ErrNotOwned].
 //
+// [StartSentinelGroup] starts a master, a replica and three Sentinels
+// (redis-server --sentinel) with short failover timeouts; the group can fail
+// over on demand ([SentinelGroup.Failover], SENTINEL FAILOVER) or by losing
+// its master ([SentinelGroup.KillMaster]), and hands out rueidis Sentinel
+// clients. [NewSentinelGroup] is its test wrapper.
+//
 // # Test wrappers
 //
 // [New] returns a Redis for ordinary tests and registers its cleanup. It

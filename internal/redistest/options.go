@@ -20,6 +20,10 @@ type config struct {
 	binary       string
 	image        string
 	startTimeout time.Duration
+	// sentinelConf, when set, runs the server as a Sentinel (--sentinel)
+	// with this configuration, written to a file in its directory
+	// (Sentinel rewrites it).
+	sentinelConf string
 }
 
 func newConfig(opts []Option) config {

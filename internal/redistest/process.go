@@ -35,6 +35,7 @@ type process struct {
 	port    int
 	args    []string
 	timeout time.Duration
+	conf    string // a Sentinel's configuration file; "" for a plain server
 
 	run     *run // the current or last child; nil before the first start
 	started bool // a start has succeeded once: later starts are restarts
@@ -56,7 +57,11 @@ func (p *process) logPath() string { return filepath.Join(p.dir, "redis.log") }
 func (p *process) outPath() string { return filepath.Join(p.dir, "stdio.log") }
 
 func (p *process) argv() []string {
-	args := []string{
+	var args []string
+	if p.conf != "" {
+		args = []string{p.conf, "--sentinel"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(p.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -65,7 +70,7 @@ func (p *process) argv() []string {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", p.logPath(),
-	}
+	)
 	return append(args, p.args...)
 }
 

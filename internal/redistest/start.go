@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 )
@@ -30,13 +31,21 @@ func startProcess(ctx context.Context, cfg config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
+	conf := ""
+	if cfg.sentinelConf != "" {
+		conf = filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(cfg.sentinelConf), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("redistest: %w", err)
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		port, err := reservePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("redistest: pick a port: %w", err)
 		}
-		p := &process{bin: bin, dir: dir, port: port, args: cfg.args, timeout: cfg.startTimeout}
+		p := &process{bin: bin, dir: dir, port: port, args: cfg.args, timeout: cfg.startTimeout, conf: conf}
 		err = p.start(ctx)
 		if err == nil {
 			return newServer(p.addr(), p, func() { releasePort(port) }), nil

@@ -1,0 +1,116 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/lua"
+)
+
+// Bounds of WithReplicaAck's timeout: WAIT counts in milliseconds (and 0 would
+// mean forever), and a Lock blocks for up to the timeout per acquisition.
+const (
+	MinReplicaAckTimeout = time.Millisecond
+	MaxReplicaAckTimeout = time.Minute
+)
+
+// WithReplicaAck makes every acquisition of a Mutex (Lock and TryLock of
+// Client.Mutex and Client.FairMutex, including a lock handed over by a
+// release, and re-entries) wait until at least replicas replicas of the
+// master have acknowledged it, for up to timeout: the script that takes the
+// lock is followed by WAIT replicas timeout on the same connection (in a
+// cluster, the connection to the node serving the lock's slot).
+//
+// When fewer acknowledge in time, the acquisition is undone (the lock is given
+// back, a re-entry's count taken back) and Lock fails with an error matching
+// ErrNotReplicated, unless WithReplicaAckRetry is given.
+//
+// What it buys: a lock Lock returned is on the master and on at least replicas
+// replicas, so a failover (Sentinel or Cluster) that promotes one of those
+// keeps it. What it does not: WAIT does not make Redis strongly consistent. A
+// failover may promote a replica that did not acknowledge (with one replica
+// asked for out of two, say), the acknowledgement is of receipt, not of a
+// write to disk, and renewals, releases and queue changes are not waited for,
+// so a failover can still resurrect a released lock or lose a renewal (the
+// holder then learns of the loss through its lock context, ErrLeaseLost). It
+// narrows the window in which a failover loses a fresh lock; it does not close
+// it. Protect the resource with the fencing token (Mutex.Token).
+//
+// Each acquisition pays one more round trip plus the replication delay, and
+// holds a connection of the rueidis client's pool for it. RWMutex, semaphores
+// and quorum locks do not acknowledge (yet): the option has no effect on them.
+// A lock passed between goroutines of one Client (see the package
+// documentation on cohorts and turns) writes nothing new in Redis and is not
+// acknowledged again.
+//
+// replicas must be at least 1 and timeout between MinReplicaAckTimeout (1ms)
+// and MaxReplicaAckTimeout (1m). Default: off (no WAIT).
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(c *config) { c.ackReplicas, c.ackTimeout, c.ackSet = replicas, timeout, true }
+}
+
+// WithReplicaAckRetry changes what WithReplicaAck does when too few replicas
+// acknowledge in time: instead of failing with ErrNotReplicated, a blocking
+// Lock gives the acquisition back and tries again, queued like any waiter,
+// until enough replicas acknowledge one or its ctx (or wait timeout) ends;
+// the error then matches ErrNotReplicated too. A re-entry, whose hold the
+// watchdog keeps meanwhile, repeats WAIT for up to the unlock timeout
+// (WithUnlockTimeout) before it is taken back. TryLock still makes one
+// attempt and fails with ErrNotReplicated. It requires WithReplicaAck.
+func WithReplicaAckRetry() Option {
+	return func(c *config) { c.ackRetry = true }
+}
+
+func (c *config) validateReplicaAck() error {
+	if !c.ackSet {
+		if c.ackRetry {
+			return fmt.Errorf("%w: WithReplicaAckRetry needs WithReplicaAck", ErrInvalidOption)
+		}
+		return nil
+	}
+	if c.ackReplicas < 1 {
+		return fmt.Errorf("%w: WithReplicaAck(%d, ...): the number of replicas must be at least 1", ErrInvalidOption, c.ackReplicas)
+	}
+	return checkRange("WithReplicaAck timeout", c.ackTimeout, MinReplicaAckTimeout, MaxReplicaAckTimeout)
+}
+
+// ackRetryIn is how soon a waiting Lock tries again after an acquisition that
+// too few replicas acknowledged (the WAIT itself already took the timeout).
+const ackRetryIn = 50 * time.Millisecond
+
+// notReplicated is the error of an acquisition acknowledged by acked replicas
+// only (the caller names the lock).
+func notReplicated(c *core.Client, acked int64) error {
+	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.Cfg.ReplicaAck, c.Cfg.ReplicaAckTimeout)
+}
+
+// acquireAcked runs acquire.lua and, when it took the lock (or re-entered), WAIT
+// on the same connection, so that the count covers the script's writes and
+// everything before them in the replication stream (a hand-off written by the
+// releaser's connection among them). persist repeats WAIT until enough
+// replicas acknowledged or ctx ends. acked is -1 when no WAIT was sent. When
+// WAIT fails (a lost connection, or a user without the right to run it), r
+// still has status 1 with the error: the lock may be held.
+func acquireAcked(ctx context.Context, c *core.Client, keys, args []string, persist bool) (r acquireReply, acked int64, err error) {
+	acked = -1
+	err = c.RC.Dedicated(func(dc rueidis.DedicatedClient) error {
+		vals, err := lua.AcquireOn.Exec(ctx, dc, keys, args).AsIntSlice()
+		if err != nil {
+			return err
+		}
+		if r, err = parseAcquireReply(vals); err != nil || r.status != 1 {
+			return err
+		}
+		for {
+			acked, err = dc.Do(ctx, dc.B().Wait().Numreplicas(int64(c.Cfg.ReplicaAck)).Timeout(c.Cfg.ReplicaAckTimeout.Milliseconds()).Build()).AsInt64()
+			if err != nil || acked >= int64(c.Cfg.ReplicaAck) || !persist || ctx.Err() != nil {
+				return err
+			}
+		}
+	})
+	return r, acked, err
+}
