@@ -19,7 +19,9 @@ import (
 // unlockMessage is published when a lock becomes free and no one is queued in
 // Redis; the multiplexer reads it as a budget of one local waiter to wake. With
 // a queue, the lock is handed to the head waiter, which is told by name:
-// "@" + owner + " " + fencing token.
+// "@" + owner + " " + grant (see parseGrant), and the waiter queued next is
+// told when that grant's claim window lapses: "@" + owner + " ~" + ms (see
+// parseNotice).
 const unlockMessage = "1"
 
 const publishCommand = "PUBLISH"
@@ -111,6 +113,22 @@ func parseGrant(data, secret string) (g grant, ok bool) {
 	return grant{first: first, last: last, left: left}, true
 }
 
+// parseNotice decodes the data of a message telling a queued waiter that the
+// lock was just handed to the waiter ahead of it for ms milliseconds (its
+// claim window, see mutex_lib.lua): "~" + ms. Anyone may publish one; it only
+// makes the waiter re-check sooner.
+func parseNotice(data string) (time.Duration, bool) {
+	digits, ok := strings.CutPrefix(data, "~")
+	if !ok || len(digits) == 0 || len(digits) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n <= 0 || time.Duration(n)*time.Millisecond > MaxClaimWindow {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
+}
+
 // waiterLease is how long a queued waiter keeps its place without re-checking.
 func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
 
@@ -137,7 +155,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 	}
 	vals, err := lua.Acquire.Exec(ctx, c.RC, []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch},
 		[]string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand, k.channel,
-			block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}).AsIntSlice()
+			block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix, ms(c.Cfg.ClaimWindow)}).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -180,7 +198,7 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor, secret string, bury bool) (releaseReply, error) {
 	entry := ""
 	if successor != "" {
-		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + secret
+		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + secret
 	}
 	tombstone := "0"
 	if bury {
@@ -199,7 +217,8 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 // secret.
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
 	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix}).Error()
+		[]string{owner, ms(lease), publishCommand, k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix,
+			ms(c.Cfg.ClaimWindow)}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
