@@ -242,7 +242,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			a.recheckBy = time.Now().Add(a.presumedRetry)
 			return false, a.presumedRetry, nil
 		}
-		if d, ok := parseNotice(data); ok && !a.recheckBy.IsZero() {
+		if d, ok := core.ParseNotice(data, MaxClaimWindow); ok && !a.recheckBy.IsZero() {
 			// The waiter ahead was just handed the lock: re-check when its
 			// claim lapses (a drift margin later), in case it never takes
 			// the lock up; its grant to us, if it does, wakes us before.

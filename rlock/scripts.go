@@ -21,7 +21,7 @@ import (
 // a queue, the lock is handed to the head waiter, which is told by name:
 // "@" + owner + " " + grant (see parseGrant), and the waiter queued next is
 // told when that grant's claim window lapses: "@" + owner + " ~" + ms (see
-// parseNotice).
+// core.ParseNotice).
 const unlockMessage = "1"
 
 const publishCommand = "PUBLISH"
@@ -111,22 +111,6 @@ func parseGrant(data, secret string) (g grant, ok bool) {
 		return grant{}, false
 	}
 	return grant{first: first, last: last, left: left}, true
-}
-
-// parseNotice decodes the data of a message telling a queued waiter that the
-// lock was just handed to the waiter ahead of it for ms milliseconds (its
-// claim window, see mutex_lib.lua): "~" + ms. Anyone may publish one; it only
-// makes the waiter re-check sooner.
-func parseNotice(data string) (time.Duration, bool) {
-	digits, ok := strings.CutPrefix(data, "~")
-	if !ok || len(digits) == 0 || len(digits) > 9 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || n <= 0 || time.Duration(n)*time.Millisecond > MaxClaimWindow {
-		return 0, false
-	}
-	return time.Duration(n) * time.Millisecond, true
 }
 
 // waiterLease is how long a queued waiter keeps its place without re-checking.

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -144,4 +146,20 @@ func (c *Client) extendClaims() {
 			holds = holds[n:]
 		}
 	}
+}
+
+// ParseNotice decodes the data of a message telling a queued waiter that what
+// it waits for was just handed to the waiter(s) ahead of it for ms
+// milliseconds (a claim window): "~" + ms, at most max. Anyone may publish
+// one; it only makes the waiter re-check sooner.
+func ParseNotice(data string, max time.Duration) (time.Duration, bool) {
+	digits, ok := strings.CutPrefix(data, "~")
+	if !ok || len(digits) == 0 || len(digits) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n <= 0 || time.Duration(n)*time.Millisecond > max {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
 }
