@@ -218,17 +218,19 @@ func workerProcess(spec string) int {
 	return 0
 }
 
-// A grantee whose process is paused (SIGSTOP) right after it took the lock
-// up, with its connections open: the waiter behind it gets the lock within
-// about the claim window, far from the 30s lease, and the paused process,
-// once resumed, sees its lease lost.
-func TestPausedGranteeProcess(t *testing.T) {
-	e := ftNewEnv(t)
-	const name = "claim-paused"
-	const claim = 4 * time.Second // a little margin for the test to pause it before the extension
-	holder, next := e.client(), e.client()
-	held := ftLock(t, e.ctx, holder.Mutex(name))
+// workerProc is a worker process started by startWorker, with its output
+// lines.
+type workerProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines chan string
+}
 
+// startWorker starts a worker process that waits for the lock called name
+// with the claim window claim; it is killed at cleanup.
+func (e *ftEnv) startWorker(name string, claim time.Duration) *workerProc {
+	t := e.t
+	t.Helper()
 	spec, _ := json.Marshal(workerSpec{Addr: e.srv.Addr(), Prefix: e.prefix, Name: name, Claim: claim})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerProcessEnv+"="+string(spec))
@@ -240,44 +242,66 @@ func TestPausedGranteeProcess(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w := &workerProc{t: t, cmd: cmd, lines: make(chan string, 2)}
+	go func() {
+		defer close(w.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	lines := make(chan string, 2)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
+	return w
+}
+
+// line returns the worker's next output line, failing the test when none
+// comes within ftPatience.
+func (w *workerProc) line(what string) string {
+	w.t.Helper()
+	select {
+	case l, ok := <-w.lines:
+		if !ok {
+			w.t.Fatalf("the worker process exited before %s", what)
 		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	readLine := func(what string) string {
-		t.Helper()
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("the worker process exited before %s", what)
-			}
-			return l
-		case <-time.After(ftPatience):
-			t.Fatalf("the worker process did not report %s within %v", what, ftPatience)
-		}
-		return ""
+		return l
+	case <-time.After(ftPatience):
+		w.t.Fatalf("the worker process did not report %s within %v", what, ftPatience)
 	}
+	return ""
+}
+
+func (w *workerProc) signal(sig syscall.Signal) {
+	w.t.Helper()
+	if err := w.cmd.Process.Signal(sig); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// A grantee whose process is paused (SIGSTOP) right after it took the lock
+// up, with its connections open: the waiter behind it gets the lock within
+// about the claim window, far from the 30s lease, and the paused process,
+// once resumed, sees its lease lost.
+func TestPausedGranteeProcess(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "claim-paused"
+	const claim = 4 * time.Second // a little margin for the test to pause it before the extension
+	holder, next := e.client(), e.client()
+	held := ftLock(t, e.ctx, holder.Mutex(name))
+	w := e.startWorker(name, claim)
 	e.queuedIs(1)
 	nextCh := lockAsync(e.ctx, next.Mutex(name))
 	e.queuedIs(2)
 
 	mustUnlockFT(t, holder.Mutex(name), held)
-	if l := readLine("the lock"); !strings.HasPrefix(l, "acquired ") {
+	if l := w.line("the lock"); !strings.HasPrefix(l, "acquired ") {
 		t.Fatalf("worker process said %q, want acquired", l)
 	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	w.signal(syscall.SIGSTOP)
 	paused := time.Now()
 	r := receiveLock(t, nextCh, 10*time.Second, "the waiter behind the paused grantee")
 	t.Logf("the waiter behind the paused grantee got the lock %v after the pause (claim window %v)", r.at.Sub(paused), claim)
@@ -285,10 +309,8 @@ func TestPausedGranteeProcess(t *testing.T) {
 		t.Errorf("queue length = %d, %v; want 0", n, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if l := readLine("its lease lost"); l != "lost true" {
+	w.signal(syscall.SIGCONT)
+	if l := w.line("its lease lost"); l != "lost true" {
 		t.Errorf("resumed worker process said %q, want its lock context ended with ErrLeaseLost", l)
 	}
 	// The lock stayed with the waiter that took it over.
@@ -296,4 +318,44 @@ func TestPausedGranteeProcess(t *testing.T) {
 		t.Errorf("the new holder's hold: %v, %v", err, r.lc.Err())
 	}
 	mustUnlockFT(t, next.Mutex(name), r.lc)
+}
+
+// A waiter whose process is paused (SIGSTOP) while it is queued at the head,
+// so that the hand-off reaches its open connection but not its code: the
+// waiter behind it gets the lock within about the claim window, and the
+// paused process, once resumed, reads a grant too old to trust, checks with
+// Redis, and queues again: it gets the lock only after the new holder
+// releases it, with a higher fencing token.
+func TestPausedWaiterProcess(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "claim-paused-waiter"
+	holder, next := e.client(), e.client()
+	held := ftLock(t, e.ctx, holder.Mutex(name))
+	w := e.startWorker(name, rlock.DefaultClaimWindow)
+	e.queuedIs(1)
+	nextCh := lockAsync(e.ctx, next.Mutex(name))
+	e.queuedIs(2)
+
+	w.signal(syscall.SIGSTOP)
+	start := time.Now()
+	mustUnlockFT(t, holder.Mutex(name), held)
+	r := receiveLock(t, nextCh, 10*time.Second, "the waiter behind the paused one")
+	t.Logf("the waiter behind the paused one got the lock %v after the unlock", r.at.Sub(start))
+	token, _ := next.Mutex(name).Token(r.lc)
+
+	w.signal(syscall.SIGCONT)
+	// While the new holder holds, the resumed waiter must not believe it
+	// holds too: give it a claim window to (wrongly) say so.
+	select {
+	case l := <-w.lines:
+		t.Fatalf("the resumed waiter said %q while another holds the lock", l)
+	case <-time.After(rlock.DefaultClaimWindow):
+	}
+	e.queuedIs(1) // queued again
+	mustUnlockFT(t, next.Mutex(name), r.lc)
+	l := w.line("the lock")
+	var got uint64
+	if _, err := fmt.Sscanf(l, "acquired %d", &got); err != nil || got <= token {
+		t.Errorf("the resumed waiter said %q, want acquired with a token above %d", l, token)
+	}
 }
