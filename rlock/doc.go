@@ -18,8 +18,10 @@
 // so a publisher on the channel can wake a waiter but grant it nothing. (Only an uncontended Lock, finding the lock free and no one queued,
 // takes it at once.) Every wait is also bounded by the holder's remaining
 // lease, so a lost message costs at most one lease (the waiter's re-check then
-// finds the lock already its own), and after a pub/sub reconnect every waiter
-// re-checks at once. A waiter that gives up after the lock was handed to it
+// finds the lock already its own, or, when that re-check comes after the
+// grant's claim window lapsed, finds it gone on to the next waiter and queues
+// again, at the back), and after a pub/sub reconnect every waiter re-checks at
+// once. A waiter that gives up after the lock was handed to it
 // gives it on to the next. A queued waiter re-checks at least every 4/5 of the
 // watchdog timeout to keep its place (behind a renewed hold, about every
 // 20-30s by default). A waiter whose process died (Redis closed its
