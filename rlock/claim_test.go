@@ -359,3 +359,39 @@ func TestPausedWaiterProcess(t *testing.T) {
 		t.Errorf("the resumed waiter said %q, want acquired with a token above %d", l, token)
 	}
 }
+
+// A hold in its claim window that passes the lock on to another goroutine of
+// its Client (a cohort pass, no round trip) passes the pending extension with
+// it: the new holder keeps the lock past the window, with the next token.
+func TestClaimPassedOnInCohort(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "claim-cohort"
+	holder, waiter := e.client(), e.client()
+	held := ftLock(t, e.ctx, holder.Mutex(name))
+	m := waiter.Mutex(name)
+	first := lockAsync(e.ctx, m)
+	e.queuedIs(1) // the cohort's leader, queued in Redis
+	second := lockAsync(e.ctx, m)
+	e.eventually(ftPatience, "two Lock calls waiting in the Client", func() bool { return rlock.WaitingInClient(waiter, name) == 2 })
+
+	mustUnlockFT(t, holder.Mutex(name), held)
+	r1 := receiveLock(t, first, ftPatience, "the leader")
+	if !rlock.CohortHeld(waiter, name) {
+		t.Fatal("the leader's hold formed no cohort: nothing to pass on")
+	}
+	token, _ := m.Token(r1.lc)
+	mustUnlockFT(t, m, r1.lc) // passed on locally, within the claim window
+	r2 := receiveLock(t, second, ftPatience, "the second goroutine")
+	if tok, _ := m.Token(r2.lc); tok != token+1 {
+		t.Errorf("passed hold has token %d, want %d", tok, token+1)
+	}
+	select {
+	case <-r2.lc.Done():
+		t.Fatalf("the passed hold ended: %v", context.Cause(r2.lc))
+	case <-time.After(time.Until(r1.at.Add(rlock.DefaultClaimWindow + time.Second))):
+	}
+	if ttl, err := m.TTL(e.ctx); err != nil || ttl <= rlock.DefaultClaimWindow {
+		t.Errorf("TTL = %v, %v past the claim window; want it extended to the lease", ttl, err)
+	}
+	mustUnlockFT(t, m, r2.lc)
+}
