@@ -156,7 +156,11 @@ func (w *worker) run() error {
 		return err
 	}
 	defer lockRC.Close()
-	client, err := rlock.New(lockRC, rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog))
+	// The shortest claim window, below the lease: every hand-off to a queued
+	// Mutex waiter is granted for the window and extended by the watchdog, so
+	// the faults hit claims too (see rlock.WithClaimWindow).
+	client, err := rlock.New(lockRC, rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog),
+		rlock.WithClaimWindow(rlock.MinClaimWindow))
 	if err != nil {
 		return err
 	}

@@ -205,6 +205,14 @@ type acquisition struct {
 	presumedRetry time.Duration
 	cohort        bool // a blocking Lock with the watchdog's lease: it may join a cohort
 
+	// claimed: the hand-off message granted the lock for the claim window
+	// only (see WithClaimWindow); the hold awaits its extension.
+	claimed bool
+	// recheckBy is when the wait re-checks at the latest, as the last attempt
+	// set it: a notice that the claim of the waiter ahead lapses sooner
+	// brings it forward, never back.
+	recheckBy time.Time
+
 	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
 	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
@@ -223,16 +231,28 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	}
 	if w != nil {
 		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
-		if a.handedOff(w) {
+		data := w.TakeData()
+		if a.handedOff(data) {
 			a.listen(w)
 			return true, 0, nil
 		}
 		a.queued = true
 		if a.presumeQueued {
 			a.presumeQueued = false
+			a.recheckBy = time.Now().Add(a.presumedRetry)
 			return false, a.presumedRetry, nil
 		}
+		if d, ok := core.ParseNotice(data, MaxClaimWindow); ok && !a.recheckBy.IsZero() {
+			// The waiter ahead was just handed the lock: re-check when its
+			// claim lapses (a drift margin later), in case it never takes
+			// the lock up; its grant to us, if it does, wakes us before.
+			if retry := min(d+core.DriftMargin(d), time.Until(a.recheckBy)); retry > 0 {
+				a.recheckBy = time.Now().Add(retry)
+				return false, retry, nil
+			}
+		}
 	}
+	a.recheckBy = time.Time{}
 	t := c.NewTicket()
 	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
 	if err != nil {
@@ -276,6 +296,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			// renewed hold the holder's lease bounds it sooner: a blocked
 			// waiter costs about one script call per 20-30s.)
 			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
+			a.recheckBy = time.Now().Add(retry)
 		}
 		return false, retry, nil
 	default: // abandoned owner: a previous call gave it up; never reuse it
@@ -285,15 +306,21 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 }
 
 // handedOff reports whether a release handed the lock to this owner: a
-// message proven with our secret woke w. The lease was granted after
-// queuedAt, which then dates the hold; when that leaves less than half the
-// lease, the caller confirms with a round trip instead (acquire.lua finds the
-// hold and sets its lease again), so a hold never starts nearly expired. A
-// hand-off sent before the last attempt (its tokens are not above the fencing
-// counter that attempt saw) is stale, read late, and ignored.
-func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
-	g, ok := parseGrant(w.TakeData(), a.secret)
-	if !ok || a.queuedAt.At().IsZero() || g.first <= a.queuedFence || time.Since(a.queuedAt.At()) > a.lease/2 {
+// message proven with our secret (data, taken from the waiter) woke it. The
+// grant runs for the claim window (or the lease, when shorter; see
+// WithClaimWindow) from a moment after queuedAt, which then dates the hold;
+// when that leaves less than half the window, the caller confirms with a
+// round trip instead (acquire.lua finds the hold and sets its whole lease),
+// so a hold never starts nearly expired. A WithLease hold confirms a grant
+// shorter than its lease the same way: the watchdog, which extends claims,
+// does not renew it. A hand-off sent before the last attempt (its tokens are
+// not above the fencing counter that attempt saw) is stale, read late, and
+// ignored.
+func (a *acquisition) handedOff(data string) bool {
+	g, ok := parseGrant(data, a.secret)
+	claim := a.claim()
+	if !ok || a.queuedAt.At().IsZero() || g.first <= a.queuedFence || time.Since(a.queuedAt.At()) > claim/2 ||
+		(claim < a.lease && !a.renew) {
 		return false
 	}
 	if a.m.c.Cfg.ReplicaAck > 0 {
@@ -304,8 +331,12 @@ func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
 	}
 	a.reply = acquireReply{status: 1, token: g.first, last: g.last, count: 1, left: g.left}
 	a.ticket = a.queuedAt
+	a.claimed = claim < a.lease
 	return true
 }
+
+// claim is how long a hand-off to this owner grants the lock for.
+func (a *acquisition) claim() time.Duration { return min(a.lease, a.m.c.Cfg.ClaimWindow) }
 
 // listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
@@ -388,6 +419,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			return nil, ErrClosed
 		}
 		h.StartFrom(p.until, p.epoch)
+		h.AwaitExtension(p.claim)
 		m.t.adopt(m.name, h)
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 		return m.withHold(ctx, lockCtx, h), nil
@@ -404,7 +436,11 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		}
 		return nil, m.wrap("lock", err)
 	}
-	h.Start(a.ticket)
+	if a.claimed {
+		h.StartClaimed(a.ticket, a.claim())
+	} else {
+		h.Start(a.ticket)
+	}
 	if a.renew && a.reply.last > a.reply.token && a.watch != nil {
 		// Tokens to spare, and a listener for ForceUnlock: local waiters
 		// may be passed the lock.

@@ -130,6 +130,9 @@ type cohortPass struct {
 	until time.Time
 	epoch uint64 // Client epoch of the command that last confirmed the hold
 	late  bool   // see core.Hold.LateAttempts
+	// claim: the lease in Redis is still the claim window of a hand-off,
+	// which the new hold extends (see core.Hold.AwaitExtension); 0: none.
+	claim time.Duration
 }
 
 // promotion is a place in the Redis queue taken for a local waiter by the
@@ -343,10 +346,17 @@ func (co *cohort) newPass(h *core.Hold) *cohortPass {
 	lease, renewed := h.Lease()
 	until := h.ValidUntil()
 	confirmed, epoch := h.Confirmed()
-	if !renewed || !confirmed || time.Until(until) < lease/2 {
+	// A hold still in its claim window passes it on with the extension due,
+	// while a third of the window is left for that extension to land.
+	claim := h.Claim()
+	need := lease / 2
+	if claim > 0 {
+		need = claim / 3
+	}
+	if !renewed || !confirmed || time.Until(until) < need {
 		return nil
 	}
-	p := &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts}
+	p := &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts, claim: claim}
 	co.next++
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold

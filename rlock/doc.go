@@ -8,8 +8,9 @@
 //
 // Contended waiters queue in Redis in arrival order, across all processes,
 // one entry per Client (see below). The release that frees the lock hands it,
-// in the same script, to the waiter at the head of the queue (with that
-// waiter's lease and a block of fencing tokens) and tells it so on the
+// in the same script, to the waiter at the head of the queue (for that
+// waiter's claim window, see below, and with a block of fencing tokens) and
+// tells it so on the
 // waiter's Client's own channel: the woken waiter holds the lock without
 // another round trip, a hand-off costs one message delivered to one process
 // however many wait, and no one can be starved by others that happen to retry
@@ -17,16 +18,25 @@
 // so a publisher on the channel can wake a waiter but grant it nothing. (Only an uncontended Lock, finding the lock free and no one queued,
 // takes it at once.) Every wait is also bounded by the holder's remaining
 // lease, so a lost message costs at most one lease (the waiter's re-check then
-// finds the lock already its own), and after a pub/sub reconnect every waiter
-// re-checks at once. A waiter that gives up after the lock was handed to it
+// finds the lock already its own, or, when that re-check comes after the
+// grant's claim window lapsed, finds it gone on to the next waiter and queues
+// again, at the back), and after a pub/sub reconnect every waiter re-checks at
+// once. A waiter that gives up after the lock was handed to it
 // gives it on to the next. A queued waiter re-checks at least every 4/5 of the
 // watchdog timeout to keep its place (behind a renewed hold, about every
 // 20-30s by default). A waiter whose process died (Redis closed its
 // connections) is skipped when the lock reaches it: no one hears the hand-off,
 // so the script takes it back and serves the next waiter at once. One whose
 // process hangs with its connections open keeps its place for two watchdog
-// timeouts, or, if the lock reaches it first, holds it for one lease, like a
-// hung holder. (A live waiter whose pub/sub connection is down just then also
+// timeouts; if the lock reaches it first, it holds it for its claim window
+// only (WithClaimWindow, 3s by default): a hand-off grants the lock for that
+// long, the grantee's Client extends it to the lease with an early renewal
+// about a third of the window later (batched with others; a hold released
+// before then costs nothing more), and the waiter queued next is told to
+// re-check when the window lapses. Until the extension lands, the hold's
+// validity is the claim window dated from the waiter's last check, and a
+// claim that lapses ends it with ErrLeaseLost. A WithLease hold confirms a
+// hand-off with one round trip on receipt, which sets its whole lease. (A live waiter whose pub/sub connection is down just then also
 // loses its place, and queues again when it re-checks after reconnecting.)
 //
 // The waiting goroutines of one Client form a cohort (lock cohorting): the

@@ -15,6 +15,7 @@ const (
 	DefaultUnlockTimeout   = 5 * time.Second
 	DefaultNoExpiryPoll    = time.Second
 	DefaultLinger          = time.Millisecond
+	DefaultClaimWindow     = 3 * time.Second
 )
 
 // Bounds of the duration options. New, Lock and TryLock reject a value outside
@@ -56,6 +57,13 @@ const (
 	// MaxLinger is the longest WithLinger accepted: every other Client
 	// waiting for the lock may wait this long once per turn.
 	MaxLinger = 100 * time.Millisecond
+	// MinClaimWindow: the Client extends a claim a third of the window after
+	// the grant and gives the renewal the rest; below 300ms a loaded machine
+	// (GC pause, -race) loses locks handed to it.
+	MinClaimWindow = 300 * time.Millisecond
+	// MaxClaimWindow: a waiter that is handed the lock but cannot take it up
+	// holds the queue up this long; longer defeats the window's purpose.
+	MaxClaimWindow = time.Minute
 )
 
 // checkRange reports d outside [lo, hi] as an error wrapping ErrInvalidLease
@@ -83,7 +91,8 @@ type config struct {
 	ackReplicas     int           // see WithReplicaAck
 	ackTimeout      time.Duration // see WithReplicaAck
 	ackSet          bool
-	ackRetry        bool // see WithReplicaAckRetry
+	ackRetry        bool          // see WithReplicaAckRetry
+	claimWindow     time.Duration // see WithClaimWindow
 }
 
 func defaultConfig() config {
@@ -95,6 +104,7 @@ func defaultConfig() config {
 		probe:           true,
 		probeTimeout:    DefaultProbeTimeout,
 		linger:          DefaultLinger,
+		claimWindow:     DefaultClaimWindow,
 	}
 }
 
@@ -117,6 +127,9 @@ func (c *config) validate() error {
 	if err := c.validateReplicaAck(); err != nil {
 		return err
 	}
+	if err := checkRange("WithClaimWindow", c.claimWindow, MinClaimWindow, MaxClaimWindow); err != nil {
+		return err
+	}
 	return core.ValidatePrefix(c.keyPrefix, ErrInvalidName)
 }
 
@@ -131,6 +144,7 @@ func (c *config) core() core.Config {
 		ReplicaAck:        c.ackReplicas,
 		ReplicaAckTimeout: c.ackTimeout,
 		ReplicaAckRetry:   c.ackRetry,
+		ClaimWindow:       c.claimWindow,
 	}
 }
 
@@ -174,6 +188,25 @@ func WithFIFO() Option {
 // to MaxWatchdogTimeout (24h).
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) { c.watchdogTimeout = d }
+}
+
+// WithClaimWindow sets how long a Mutex lock handed to a queued waiter of
+// this Client is granted for in Redis before the Client takes it up. A
+// release hands the lock to the head of the queue directly; the grant runs
+// for the claim window (or the lease, when shorter), and the Client that
+// receives it extends it to the full lease with an early renewal, batched
+// with the others due then, a third of the window later (a hold released
+// before then costs nothing more). A waiter that is handed the lock but
+// cannot take it up (its process is paused, or stuck with its connection
+// open) thus holds the queue up for the claim window, not a lease; the
+// waiter queued behind it is told to re-check when the window lapses. A hold
+// whose extension does not land in time ends with ErrLeaseLost, as a lease
+// that runs out does. WithLease holds handed the lock confirm it with one
+// round trip on receipt, which sets their full lease. Default
+// DefaultClaimWindow (3s); allowed MinClaimWindow (300ms) to MaxClaimWindow
+// (1m).
+func WithClaimWindow(d time.Duration) Option {
+	return func(c *config) { c.claimWindow = d }
 }
 
 // WithKeyPrefix namespaces every key and pub/sub channel of the Client:

@@ -37,6 +37,10 @@ func TestOptionBounds(t *testing.T) {
 		{"WithProbeTimeout", rlock.WithProbeTimeout(0), false},
 		{"WithProbeTimeout", rlock.WithProbeTimeout(math.MaxInt64), false},
 		{"WithProbeTimeout", rlock.WithProbeTimeout(rlock.MaxProbeTimeout), true},
+		{"WithClaimWindow", rlock.WithClaimWindow(0), false},
+		{"WithClaimWindow", rlock.WithClaimWindow(rlock.MaxClaimWindow + 1), false},
+		{"WithClaimWindow", rlock.WithClaimWindow(rlock.MinClaimWindow), true},
+		{"WithClaimWindow", rlock.WithClaimWindow(rlock.MaxClaimWindow), true},
 	} {
 		c, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix), tc.opt)
 		if tc.ok {

@@ -192,7 +192,8 @@ func (qm *QuorumMutex) giveBack(c *core.Client, owner string, lease time.Duratio
 		defer close(done)
 		_ = core.RetryTransient(ctx, func() error {
 			err := lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-				[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, quietMessage, tokenBlockArg, flag(tombstone), "-", k.grantPrefix}).Error()
+				[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, quietMessage, tokenBlockArg, flag(tombstone), "-", k.grantPrefix,
+					ms(c.Cfg.ClaimWindow)}).Error()
 			c.NoteError(err)
 			return err
 		})

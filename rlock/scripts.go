@@ -19,7 +19,9 @@ import (
 // unlockMessage is published when a lock becomes free and no one is queued in
 // Redis; the multiplexer reads it as a budget of one local waiter to wake. With
 // a queue, the lock is handed to the head waiter, which is told by name:
-// "@" + owner + " " + fencing token.
+// "@" + owner + " " + grant (see parseGrant), and the waiter queued next is
+// told when that grant's claim window lapses: "@" + owner + " ~" + ms (see
+// core.ParseNotice).
 const unlockMessage = "1"
 
 // publishCommand is what scripts publish with: SPUBLISH when the Client's
@@ -143,7 +145,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 	}
 	keys := []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch}
 	args := []string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand(ctx, c), k.channel,
-		block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix}
+		block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix, ms(c.Cfg.ClaimWindow)}
 	if c.Cfg.ReplicaAck > 0 {
 		// WithReplicaAck: a re-entry (whose hold the watchdog keeps) may
 		// wait for the replicas as long as the caller does; a first
@@ -195,7 +197,7 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor, secret string, bury bool) (releaseReply, error) {
 	entry := ""
 	if successor != "" {
-		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + secret
+		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + secret
 	}
 	tombstone := "0"
 	if bury {
@@ -214,7 +216,8 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 // secret.
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
 	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
-		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix}).Error()
+		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix,
+			ms(c.Cfg.ClaimWindow)}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {

@@ -175,6 +175,7 @@ func (m *Mutex) handOn(p *cohortPass) {
 		return
 	}
 	h.StartFrom(p.until, p.epoch)
+	h.AwaitExtension(p.claim)
 	m.t.adopt(m.name, h)
 	_ = m.release(context.Background(), h, m.c.NewID(), false)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/rlock"
 )
 
 // permitKey finds a permit in a context: one per Client and semaphore name. A
@@ -242,6 +243,12 @@ type acquisition struct {
 	contended bool
 	got       int64
 	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
+	// claimed: the grant message handed the permits over for the claim
+	// window only (see rlock.WithClaimWindow); the hold awaits its extension.
+	claimed bool
+	// recheckBy is when the wait re-checks at the latest, as the last attempt
+	// set it: a notice that a claim ahead lapses sooner brings it forward.
+	recheckBy time.Time
 }
 
 // newID gives the acquisition a new permit id and secret, with which nothing
@@ -267,11 +274,22 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	s := a.s
 	if w != nil {
 		w.SetTag(a.id) // a new id discards grants to the old one
-		if a.handedOff(w) {
+		data := w.TakeData()
+		if a.handedOff(data) {
 			return true, 0, nil
 		}
 		a.traced = true
+		if d, ok := core.ParseNotice(data, rlock.MaxClaimWindow); ok && !a.recheckBy.IsZero() {
+			// Permits were just handed to waiters ahead for a claim window:
+			// re-check when it lapses (a drift margin later), in case one of
+			// them never takes them up.
+			if retry := min(d+core.DriftMargin(d), time.Until(a.recheckBy)); retry > 0 {
+				a.recheckBy = time.Now().Add(retry)
+				return false, retry, nil
+			}
+		}
 	}
+	a.recheckBy = time.Time{}
 	t := s.c.NewTicket()
 	fresh := a.fresh
 	a.fresh = false
@@ -308,6 +326,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if r.value >= 0 {
 			retry = min(retry, time.Duration(r.value+1)*time.Millisecond)
 		}
+		if w != nil {
+			a.recheckBy = time.Now().Add(retry)
+		}
 		return false, retry, nil
 	case -2:
 		// Our id was given up in Redis: carry on under a new one.
@@ -324,20 +345,29 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 }
 
 // handedOff reports whether a release handed the permits to this id: a
-// message proven with our secret woke w. Their lease was granted after
-// queuedAt, which then dates the hold; when that leaves less than half the
-// lease, the caller confirms with a round trip instead (sem_acquire.lua finds
-// the permits and sets their lease again), so a hold never starts nearly
-// expired. A message that proves nothing (forged, garbled, for an id we no
-// longer use) is ignored: the caller re-checks with Redis.
-func (a *acquisition) handedOff(w *pubsub.Waiter) bool {
-	n, ok := parseGrant(w.TakeData(), a.secret)
-	if !ok || n != a.n || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > a.lease/2 {
+// message proven with our secret (data, taken from the waiter) woke it. The
+// grant runs for the claim window (or the lease, when shorter; see
+// rlock.WithClaimWindow) from a moment after queuedAt, which then dates the
+// hold; when that leaves less than half the window, the caller confirms with
+// a round trip instead (sem_acquire.lua finds the permits and sets their
+// whole lease), so a hold never starts nearly expired. A WithLease
+// acquisition confirms a grant shorter than its lease the same way: the
+// watchdog, which extends claims, does not renew it. A message that proves
+// nothing (forged, garbled, for an id we no longer use) is ignored: the
+// caller re-checks with Redis.
+func (a *acquisition) handedOff(data string) bool {
+	n, ok := parseGrant(data, a.secret)
+	claim := a.claim()
+	if !ok || n != a.n || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > claim/2 || (claim < a.lease && !a.renew) {
 		return false
 	}
 	a.got, a.ticket = n, a.queuedAt
+	a.claimed = claim < a.lease
 	return true
 }
+
+// claim is how long a hand-off to this id grants the permits for.
+func (a *acquisition) claim() time.Duration { return min(a.lease, a.s.c.Cfg.ClaimWindow) }
 
 // giveUp ends a failed acquisition: its id leaves the queue and gives back
 // anything a request whose reply was lost may have taken, before the call
@@ -364,7 +394,11 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		}
 		return nil, s.wrap("acquire", err)
 	}
-	h.Start(a.ticket)
+	if a.claimed {
+		h.StartClaimed(a.ticket, a.claim())
+	} else {
+		h.Start(a.ticket)
+	}
 	if a.lw != nil {
 		s.turns.form(s.name, h, a.lw, a.contended)
 		context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })

@@ -48,8 +48,12 @@
 // Permits are handed over directly. The script that frees permits (a Release,
 // a waiter giving up, a raised limit, an acquisition that finds leases run
 // out) grants them in the same step to the waiters at the head of the queue
-// that fit: each holds its permits from that moment, with its own lease, and
-// is told so by one message on its own Client's grant channel. A release thus
+// that fit: each holds its permits from that moment, for its claim window
+// (rlock.WithClaimWindow, 3s by default, or its lease when shorter), and is
+// told so by one message on its own Client's grant channel; the Client
+// extends the permits to their lease with an early renewal, batched with the
+// watchdog's others, about a third of the window later (a WithLease
+// acquisition confirms the grant with one round trip on receipt instead). A release thus
 // reaches one process whatever the number of processes waiting, and the
 // waiter holds the permits without another round trip. The message proves
 // itself with a MAC keyed by a random secret that only the waiter (and readers
@@ -68,8 +72,10 @@
 // every third of the watchdog timeout. That also keeps its place in the
 // queue: a waiter that stops re-checking (its process paused, or cut off from
 // Redis while its connections stay open) loses its place after one watchdog
-// timeout or, when permits reach it first, holds them for one lease, like a
-// crashed holder.
+// timeout or, when permits reach it first, holds them for its claim window
+// only: the head left waiting behind such a grant is told when the window
+// lapses and re-checks then, and the hung waiter's permit context ends with
+// ErrLeaseLost when it runs again.
 //
 // A blocking Acquire whose Client waits on the semaphore already, or did
 // within the pub/sub linger (WithPubSub, 250ms by default: the semaphore is

@@ -68,7 +68,7 @@ func flag(b bool) string {
 func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireReply, error) {
 	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(a.id)),
 		[]string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix,
-			flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh)}).AsIntSlice()
+			flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh), ms(s.c.Cfg.ClaimWindow)}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return acquireReply{}, err
@@ -106,7 +106,7 @@ func (s *Semaphore) entry(id, want string, lease time.Duration, secret string) s
 	if s.exact {
 		exact = s.limit
 	}
-	return id + "/" + want + "/" + ms(lease) + "/" + exact + "/" + secret
+	return id + "/" + want + "/" + ms(lease) + "/" + ms(s.c.Cfg.ClaimWindow) + "/" + exact + "/" + secret
 }
 
 // releaseScript runs sem_release.lua; retry tells that an earlier attempt of

@@ -90,6 +90,20 @@ type lease struct {
 	lease time.Duration
 	until time.Time
 	epoch uint64
+	// claim: the permits' lease in Redis is still the claim window of a
+	// hand-off, which the new hold extends (see core.Hold.AwaitExtension);
+	// 0: none.
+	claim time.Duration
+}
+
+// margin is the validity a lease must have left to be passed on: half of it,
+// or, while a claim awaits its extension, a third of the claim window for
+// that extension to land.
+func (p *lease) margin() time.Duration {
+	if p.claim > 0 {
+		return p.claim / 3
+	}
+	return p.lease / 2
 }
 
 func (lw *localWaiter) wake() {
@@ -213,12 +227,13 @@ func (co *cohort) newPass(h *core.Hold) *lease {
 	d, renewed := h.Lease()
 	until := h.ValidUntil()
 	confirmed, epoch := h.Confirmed()
-	if !renewed || !confirmed || time.Until(until) < d/2 {
+	p := &lease{id: h.Owner, lease: d, until: until, epoch: epoch, claim: h.Claim()}
+	if !renewed || !confirmed || time.Until(until) < p.margin() {
 		return nil
 	}
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold
-	return &lease{id: h.Owner, lease: d, until: until, epoch: epoch}
+	return p
 }
 
 // passOn hands h's lease to the oldest local waiter if the turn allows; it
@@ -266,9 +281,9 @@ func (t *turns) park(s *Semaphore, h *core.Hold) bool {
 		return false
 	}
 	co.parked, co.parkedBy = p, s
-	// Nothing renews a parked lease: it is released while half of it is
-	// still left, whatever the linger.
-	co.parkTimer = time.AfterFunc(min(t.linger, time.Until(p.until)-p.lease/2), func() { t.expire(s, p) })
+	// Nothing renews a parked lease: it is released while half of it (or a
+	// third of its claim window) is still left, whatever the linger.
+	co.parkTimer = time.AfterFunc(min(t.linger, time.Until(p.until)-p.margin()), func() { t.expire(s, p) })
 	return true
 }
 
@@ -286,7 +301,7 @@ func (t *turns) unpark(s *Semaphore) *lease {
 	p := co.parked
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
 	delete(t.missed, s.name)
-	if confirmed := p.epoch == s.c.Epoch(); !confirmed || time.Until(p.until) < p.lease/2 {
+	if confirmed := p.epoch == s.c.Epoch(); !confirmed || time.Until(p.until) < p.margin() {
 		t.releaseParked(s, co, p)
 		return nil
 	}
@@ -394,6 +409,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 		return nil, ErrClosed
 	}
 	h.StartFrom(p.until, p.epoch)
+	h.AwaitExtension(p.claim)
 	s.turns.adopt(s.name, h)
 	context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: 1}), nil
@@ -412,6 +428,7 @@ func (s *Semaphore) handOn(p *lease) {
 		return
 	}
 	h.StartFrom(p.until, p.epoch)
+	h.AwaitExtension(p.claim)
 	s.turns.adopt(s.name, h)
 	_ = s.release(permitCtx, &permit{hold: h, n: 1}, s.c.NewID(), false, false)
 }

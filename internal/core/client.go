@@ -30,6 +30,10 @@ type Config struct {
 	// ReplicaAckRetry: an acquisition too few replicas acknowledged is
 	// undone and tried again while the caller waits, instead of failing.
 	ReplicaAckRetry bool
+	// ClaimWindow is how long a lock handed to a queued waiter of this
+	// Client is granted for in Redis until the Client extends it to the lease
+	// (see claim.go).
+	ClaimWindow time.Duration
 }
 
 // Client is one owner identity and its shared machinery.
@@ -46,6 +50,8 @@ type Client struct {
 
 	mu        sync.Mutex
 	holds     map[*Hold]struct{}
+	claims    map[*Hold]struct{} // holds awaiting their extension (see claim.go)
+	claimWake chan struct{}      // tells the watchdog a claim was added
 	watchdog  bool
 	closed    chan struct{} // no new calls or holds
 	sealed    bool          // no new background work
@@ -109,14 +115,15 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Client{
-		RC:       rc,
-		ID:       uuid.NewString(),
-		Cfg:      cfg,
-		Mux:      mux,
-		holds:    make(map[*Hold]struct{}),
-		closed:   make(chan struct{}),
-		bgCtx:    bgCtx,
-		bgCancel: bgCancel,
+		RC:        rc,
+		ID:        uuid.NewString(),
+		Cfg:       cfg,
+		Mux:       mux,
+		holds:     make(map[*Hold]struct{}),
+		claimWake: make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		bgCtx:     bgCtx,
+		bgCancel:  bgCancel,
 	}, nil
 }
 
@@ -267,6 +274,7 @@ func (c *Client) Register(h *Hold) bool {
 func (c *Client) unregister(h *Hold) {
 	c.mu.Lock()
 	delete(c.holds, h)
+	delete(c.claims, h)
 	c.mu.Unlock()
 }
 

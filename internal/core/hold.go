@@ -58,6 +58,8 @@ type Hold struct {
 	doubt     bool          // told it may be gone (see Doubt) since its last confirmation
 	count     int64         // hold count (re-entries) as last confirmed by Redis
 	releasing int           // releases in flight: a renewal that finds the hold gone is theirs to judge
+	claim     time.Duration // claim window its lease in Redis may still be (see claim.go); 0: none
+	claimDue  time.Time     // when to send the early renewal that ends the claim
 	ended     bool
 	cause     error
 }
@@ -197,6 +199,7 @@ func (h *Hold) extendLocked(t Ticket, lease time.Duration) bool {
 	}
 	h.applied = t.gen
 	h.until = validUntil(t.at, lease)
+	h.claim = 0 // whatever set lease ended the claim
 	h.expiry.Reset(time.Until(h.until))
 	h.epoch = max(h.epoch, t.epoch)
 	h.doubt = false

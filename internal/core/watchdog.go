@@ -20,12 +20,20 @@ func (c *Client) runWatchdog() {
 	period := c.Cfg.WatchdogTimeout / 3
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
+	claims := time.NewTimer(time.Hour)
+	claims.Stop()
+	defer claims.Stop()
 	for {
 		select {
 		case <-ticker.C:
 			// A slow renewal is still worth having while the lease lasts:
 			// give it two periods (a third of the lease stays as margin).
 			c.renewAll(2 * period)
+		case <-c.claimWake:
+			c.armClaims(claims)
+		case <-claims.C:
+			c.extendClaims()
+			c.armClaims(claims)
 		case <-c.closed:
 			return
 		}
@@ -49,30 +57,43 @@ func (c *Client) renewAll(budget time.Duration) {
 	lease := c.Cfg.WatchdogTimeout
 	for kind, holds := range byKind {
 		for len(holds) > 0 {
-			var group []*Hold
-			var tickets []Ticket
-			for len(holds) > 0 && len(group) < batch {
-				if t, ok := holds[0].sendRenewal(lease); ok {
-					group = append(group, holds[0])
-					tickets = append(tickets, t)
-				}
-				holds = holds[1:]
+			n := min(batch, len(holds))
+			c.renewGroup(ctx, kind, holds[:n], lease, nil)
+			holds = holds[n:]
+		}
+	}
+}
+
+// renewGroup renews those of holds the watchdog still renews in one call of
+// kind's script: a hold found gone ends with ErrLeaseLost, and failed (if not
+// nil) is called for each hold sent when the call fails.
+func (c *Client) renewGroup(ctx context.Context, kind *Kind, holds []*Hold, lease time.Duration, failed func(*Hold)) {
+	group := make([]*Hold, 0, len(holds))
+	tickets := make([]Ticket, 0, len(holds))
+	for _, h := range holds {
+		if t, ok := h.sendRenewal(lease); ok {
+			group = append(group, h)
+			tickets = append(tickets, t)
+		}
+	}
+	if len(group) == 0 {
+		return
+	}
+	renewed, err := kind.Renew(ctx, c, group, lease)
+	c.NoteError(err)
+	if err != nil || len(renewed) != len(group) {
+		if failed != nil {
+			for _, h := range group {
+				failed(h)
 			}
-			if len(group) == 0 {
-				continue
-			}
-			renewed, err := kind.Renew(ctx, c, group, lease)
-			c.NoteError(err)
-			if err != nil || len(renewed) != len(group) {
-				continue
-			}
-			for i, h := range group {
-				if renewed[i] == 1 {
-					h.renewed(tickets[i], lease)
-				} else {
-					h.gone()
-				}
-			}
+		}
+		return
+	}
+	for i, h := range group {
+		if renewed[i] == 1 {
+			h.renewed(tickets[i], lease)
+		} else {
+			h.gone()
 		}
 	}
 }

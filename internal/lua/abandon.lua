@@ -21,6 +21,7 @@
 --          can be in flight (a waiter that got the lock otherwise)
 -- ARGV[8]  the owner's secret (its queue entry names it)
 -- ARGV[9]  grant channel prefix (see mutex_lib.lua)
+-- ARGV[10] the owner's claim window in milliseconds (its queue entry names it)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
 -- lock is free afterwards it goes to the head waiter (or is announced when this
@@ -33,7 +34,7 @@ end
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
 end
-mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2], ARGV[8]))
+mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2], ARGV[10], ARGV[8]))
 local held = redis.call('HDEL', lock, owner)
 if redis.call('EXISTS', lock) == 0 then
   local message = nil

@@ -27,6 +27,9 @@
 -- ARGV[11] re-entry only: latch lifetime in milliseconds
 -- ARGV[12] grant channel prefix: a waiter handed the lock is told on it (see
 --          mutex_lib.lua)
+-- ARGV[13] this waiter's claim window in milliseconds, part of its queue
+--          entry: a hand-off grants the lock for the shorter of it and the
+--          lease (see mutex_lib.lua)
 --
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached instead of counting
@@ -39,7 +42,8 @@
 --                      count, token..last the tokens reserved for this holder,
 --                      and left the number of waiters queued (0 on re-entry)
 --   {0, wait, fence}   not acquired; wait is the holder's remaining lease in
---                      milliseconds (-1 when the key has no expiry), fence the
+--                      milliseconds (-1 when the key has no expiry; a holder
+--                      just handed the lock: its claim window), fence the
 --                      fencing counter now (0 if unset): a hand-off message
 --                      whose tokens are not above it was sent before this call
 --                      and is stale
@@ -70,7 +74,7 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
-local entry = mutex_entry(owner, lease, ARGV[10])
+local entry = mutex_entry(owner, lease, ARGV[13], ARGV[10])
 local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who

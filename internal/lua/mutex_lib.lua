@@ -6,8 +6,9 @@
 --   waiters zset:   entry -> deadline (server time, ms); a waiter that stops
 --                   re-checking loses its place when it passes
 --   seq key:        arrival counter
--- An entry is owner field .. '/' .. lease .. '/' .. secret: the lease (ms) the
--- lock is granted with when it is handed to that waiter (see mutex_handoff),
+-- An entry is owner field .. '/' .. lease .. '/' .. claim .. '/' .. secret:
+-- the lease (ms) the waiter asked for, its claim window (ms): how long the
+-- lock is granted for when it is handed to that waiter (see mutex_handoff),
 -- and a random hex secret known only to the waiter and to whoever may read
 -- the queue key.
 --
@@ -83,8 +84,8 @@ local function mutex_bury(tombstone, ms)
   end
 end
 
-local function mutex_entry(owner, lease, secret)
-  return owner .. '/' .. lease .. '/' .. secret
+local function mutex_entry(owner, lease, claim, secret)
+  return owner .. '/' .. lease .. '/' .. claim .. '/' .. secret
 end
 
 -- Forgets waiters whose deadline passed (their process stopped re-checking).
@@ -127,16 +128,24 @@ local function mutex_grant_channel(grants, owner)
 end
 
 -- Hands a free lock (its hash must not exist) to the head waiter: it holds the
--- lock from now on, with the lease of its entry and a new fencing token, and
--- is told so on its grant channel. A head whose Client receives nothing is
--- dropped (it lost its place; a live one queues again when it re-checks) and
--- the next one is served. With no one queued, message (if any) is published on
--- channel for local listeners instead. When the caller's own entry self is at
--- the head, nothing is done and -1 is returned: the caller takes the lock
--- itself. block is the number of fencing tokens reserved for the new holder;
--- head, if given, is the head entry the caller just looked up.
--- Returns the lease granted in milliseconds (0 when no one waits, or -1) and
--- the last fencing token reserved (0 when none was).
+-- lock from now on, with a new fencing token, and is told so on its grant
+-- channel. A head whose Client receives nothing is dropped (it lost its
+-- place; a live one queues again when it re-checks) and the next one is
+-- served. With no one queued, message (if any) is published on channel for
+-- local listeners instead. When the caller's own entry self is at the head,
+-- nothing is done and -1 is returned: the caller takes the lock itself. block
+-- is the number of fencing tokens reserved for the new holder; head, if given,
+-- is the head entry the caller just looked up.
+--
+-- The lock is granted for the head's claim window, not its whole lease, when
+-- that is shorter: a Client that receives the grant extends it to the lease
+-- (with its next renewal, batched), and one that is paused or stuck with its
+-- connection open (PUBLISH counts it as a receiver) holds the queue up for
+-- the claim window only. The waiter queued next is then told '@' .. owner ..
+-- ' ~' .. ms, so that it re-checks when the claim lapses instead of when the
+-- lease it last saw would have.
+-- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
+-- no one waits, or -1) and the last fencing token reserved (0 when none was).
 local function mutex_handoff(lock, fence, queue, waiters, publish, channel, grants, message, self, block, head)
   while true do
     head = head or mutex_head(queue, waiters)
@@ -150,16 +159,24 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       return -1, 0
     end
     mutex_dequeue(queue, waiters, head)
-    local owner, lease, secret = string.match(head, '^(.+)/(%d+)/(%x+)$')
-    if owner and tonumber(lease) > 0 then
+    local owner, lease, claim, secret = string.match(head, '^(.+)/(%d+)/(%d+)/(%x+)$')
+    if owner and tonumber(lease) > 0 and tonumber(claim) > 0 then
+      local ttl = math.min(tonumber(lease), tonumber(claim))
       redis.call('HSET', lock, owner, 1)
-      redis.call('PEXPIRE', lock, lease)
+      redis.call('PEXPIRE', lock, ttl)
       local last = mutex_tokens(fence, block)
+      local left = redis.call('ZCARD', queue)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
-      local grant = string.format('%d:%d:%d', last - block + 1, last, redis.call('ZCARD', queue))
+      local grant = string.format('%d:%d:%d', last - block + 1, last, left)
       local heard = redis.call(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       if heard > 0 then
-        return tonumber(lease), last
+        if ttl < tonumber(lease) and left > 0 then
+          local nxt = string.match(redis.call('ZRANGE', queue, 0, 0)[1] or '', '^(.+)/%d+/%d+/%x+$')
+          if nxt then
+            redis.call(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
+          end
+        end
+        return ttl, last
       end
       -- No one heard it: undone (the tokens stay spent, so tokens still rise).
       redis.call('DEL', lock)

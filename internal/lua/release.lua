@@ -27,7 +27,8 @@
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds
 -- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
--- ARGV[8]  successor's queue entry (owner field '/' lease ms '/' secret), or '' for none
+-- ARGV[8]  successor's queue entry (owner field '/' lease ms '/' claim ms '/'
+--          secret, see mutex_lib.lua), or '' for none
 -- ARGV[9]  successor's waiter lease in milliseconds (see mutex_enqueue)
 -- ARGV[10] tombstone lifetime in milliseconds, or '0': when an acquisition
 --          attempt of this owner field may still run late (its reply was
@@ -38,7 +39,8 @@
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
 --                       handed on or announced); no successor was named
 --   {-1}                the owner does not hold the lock
---   {0, fence, lease}   freed and handed to the head waiter with lease (ms);
+--   {0, fence, lease}   freed and handed to the head waiter for lease (ms, its
+--                       claim window when shorter than its lease);
 --                       the successor is queued behind the others; fence is
 --                       the fencing counter after the hand-off
 --   {-3, first, last}   kept: a successor was named and no one else is

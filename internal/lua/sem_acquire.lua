@@ -23,6 +23,8 @@
 -- ARGV[11]    "1" when no request for this permit id was sent before: it can
 --             hold nothing, so that is not looked up. (The tombstone always
 --             is: an abandon may overtake a first request whose reply was lost.)
+-- ARGV[12]    the waiter's claim window in milliseconds, part of its queue
+--             entry (see sem_lib.lua)
 --
 -- Returns an array:
 --   {1, n}      acquired n permits now
@@ -53,7 +55,7 @@ if want ~= 'all' then
   if ARGV[9] == '1' then
     exact = ARGV[8]
   end
-  entry = id .. '/' .. want .. '/' .. ARGV[3] .. '/' .. exact .. '/' .. ARGV[10]
+  entry = id .. '/' .. want .. '/' .. ARGV[3] .. '/' .. ARGV[12] .. '/' .. exact .. '/' .. ARGV[10]
 end
 
 local function finish(reply, horizon)

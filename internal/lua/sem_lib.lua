@@ -14,11 +14,12 @@
 --   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms); a
 --           waiter that stops re-checking loses its place when it passes
 --
--- A waiter's entry is id .. '/' .. n .. '/' .. lease .. '/' .. exact .. '/' ..
--- secret: its permit id (client id ':' number), the permits it asks for, the
--- lease in ms they are granted with when handed to it, the limit it insists on
--- ('' for any; a Lock's is 1), and a random hex secret known only to the
--- waiter and to whoever may read the queue key.
+-- A waiter's entry is id .. '/' .. n .. '/' .. lease .. '/' .. claim .. '/' ..
+-- exact .. '/' .. secret: its permit id (client id ':' number), the permits it
+-- asks for, the lease in ms it asks for, its claim window in ms (permits handed
+-- to it are granted for the shorter of the two, see sem_handoff), the limit it
+-- insists on ('' for any; a Lock's is 1), and a random hex secret known only
+-- to the waiter and to whoever may read the queue key.
 --
 -- Direct hand-off: permits that become free while waiters are queued are never
 -- left free for whoever asks next. The script that frees them (a release, an
@@ -192,22 +193,29 @@ local function sem_head(now)
   return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 end
 
--- Splits an entry into id, permits, lease, exact limit (nil for any), secret,
--- and the client id of its permit id; nil for an entry this version did not write.
+-- Splits an entry into id, permits, the time a grant runs for (the shorter of
+-- its lease and claim window), exact limit (nil for any), secret, the client
+-- id of its permit id, and its lease; nil for an entry this version did not
+-- write.
 local function sem_parse(entry)
-  local id, n, lease, exact, secret = string.match(entry, '^([^/]+)/(%d+)/(%d+)/(%d*)/(%x+)$')
+  local id, n, lease, claim, exact, secret = string.match(entry, '^([^/]+)/(%d+)/(%d+)/(%d+)/(%d*)/(%x+)$')
   local client = id and string.match(id, '^(.+):[^:]*$')
-  if not client then
+  if not client or tonumber(claim) <= 0 then
     return nil
   end
-  return id, tonumber(n), tonumber(lease), tonumber(exact), secret, client
+  return id, tonumber(n), math.min(tonumber(lease), tonumber(claim)), tonumber(exact), secret, client, tonumber(lease)
 end
 
 -- Serves the queue from its head with the permits free now (see the top of
 -- this file): grants each head waiter what it asks for while it fits, drops
 -- (and wakes, so that it fails at once) a head that can never be served under
 -- the current limit, and stops at the first that does not fit, for which the
--- free permits are kept. self, when given, is the caller's own entry: when it
+-- free permits are kept. Permits are granted for the waiter's claim window
+-- when that is shorter than its lease: its Client extends them to the lease
+-- once it has the grant, and a waiter paused or stuck with its connection open
+-- (PUBLISH counts it as a receiver) holds them for the window only; the head
+-- left waiting is then told '@' .. id .. ' ~' .. ms, so that it re-checks when
+-- the first such claim lapses. self, when given, is the caller's own entry: when it
 -- reaches the head nothing is done for it. inspect looks at the head even when
 -- no permit is free (after the limit changed).
 --
@@ -215,10 +223,22 @@ end
 -- false when a waiter is left that does not fit (or, without inspect, when no
 -- permit is free and the queue was not looked at).
 local function sem_handoff(now, publish, prefix, self, inspect)
+  local claimed -- the shortest claim granted by this call, if any
+  -- Tells the head left waiting when the first claim lapses.
+  local function notice()
+    if claimed then
+      local head = sem_head(now)
+      local id, _, _, _, _, client = sem_parse(head ~= self and head or '')
+      if id then
+        redis.call(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
+      end
+    end
+    return false
+  end
   for _ = 1, SEM_HANDOFF_MAX do
     local avail = sem_available()
     if avail and avail <= 0 and not inspect then
-      return false
+      return notice()
     end
     local head = sem_head(now)
     if not head then
@@ -227,7 +247,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
     if head == self then
       return true
     end
-    local id, n, lease, exact, secret, client = sem_parse(head)
+    local id, n, ttl, exact, secret, client, lease = sem_parse(head)
     if not id then
       -- Not written by this version: dropped; its waiter queues again at its
       -- next re-check.
@@ -236,14 +256,17 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       sem_dequeue(head)
       redis.call(publish, prefix .. client, '@' .. id)
     elseif n > avail then
-      return false
+      return notice()
     else
       sem_dequeue(head)
       -- %d: a number concatenated as is may print as 1e+12.
       local count = string.format('%d', n)
       local grant = count .. ':' .. redis.sha1hex(secret .. ':' .. count)
       if redis.call(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
-        sem_take(id, n, now + lease)
+        sem_take(id, n, now + ttl)
+        if ttl < lease then
+          claimed = math.min(claimed or ttl, ttl)
+        end
       end
     end
   end

@@ -1,0 +1,111 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/rlock"
+	"github.com/relockio/relock/semaphore"
+)
+
+// TestStuckGranteeHoldsQueueForClaimWindow: permits handed to a waiter whose
+// Client is stuck with its connection open (the proxy in front of it stalls
+// right after its Acquire returned, before the Client extended the grant) are
+// granted for its claim window only (see rlock.WithClaimWindow): the waiter
+// behind it, told when that window lapses, gets them then, not after the
+// 30s lease, and the stuck waiter's permit context ends with ErrLeaseLost.
+func TestStuckGranteeHoldsQueueForClaimWindow(t *testing.T) {
+	e := newEnv(t)
+	const name = "claim-stuck"
+	holder := e.sem(e.client(), name, 1)
+	pc, proxy := e.proxied()
+	stuck := e.sem(pc, name, 1)
+	next := e.sem(e.client(), name, 1)
+
+	held := mustAcquire(t, holder, e.ctx, 1)
+	stuckCh := goAcquire(stuck, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the first waiter queued", func() bool { return e.queueLen(name) == 1 })
+	nextCh := goAcquire(next, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the second waiter queued", func() bool { return e.queueLen(name) == 2 })
+
+	mustRelease(t, holder, held)
+	granted := receive(t, stuckCh, prompt, "the first waiter")
+	proxy.Stall()
+	defer proxy.Resume()
+
+	r := receive(t, nextCh, 10*time.Second, "the waiter behind the stuck one")
+	waited := r.at.Sub(granted.at)
+	t.Logf("the waiter behind the stuck one got the permit %v after the hand-off", waited)
+	if waited < rlock.DefaultClaimWindow/2 {
+		t.Errorf("the second waiter got the permit %v after the hand-off: before the first one's claim could lapse", waited)
+	}
+	select {
+	case <-granted.ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stuck waiter's permit context did not end")
+	}
+	if cause := context.Cause(granted.ctx); !errors.Is(cause, semaphore.ErrLeaseLost) {
+		t.Errorf("the stuck waiter's permit context ended with %v, want ErrLeaseLost", cause)
+	}
+	if n := e.queueLen(name); n != 0 {
+		t.Errorf("queue length = %d, want 0", n)
+	}
+	proxy.Resume()
+	mustRelease(t, next, r.ctx)
+}
+
+// TestClaimExtendedSemaphore: a waiter that takes the permits up keeps them
+// past the claim window, its Client having extended the grant to the lease.
+func TestClaimExtendedSemaphore(t *testing.T) {
+	e := newEnv(t)
+	const name = "claim-extended"
+	holder := e.sem(e.client(), name, 1)
+	waiter := e.sem(e.client(), name, 1)
+	held := mustAcquire(t, holder, e.ctx, 1)
+	ch := goAcquire(waiter, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return e.queueLen(name) == 1 })
+	mustRelease(t, holder, held)
+	r := receive(t, ch, prompt, "the waiter")
+	select {
+	case <-r.ctx.Done():
+		t.Fatalf("the permits were lost: %v", context.Cause(r.ctx))
+	case <-time.After(time.Until(r.at.Add(rlock.DefaultClaimWindow + time.Second))):
+	}
+	if n := waiter.Permits(r.ctx); n != 1 {
+		t.Errorf("Permits = %d past the claim window, want 1", n)
+	}
+	mustRelease(t, waiter, r.ctx)
+}
+
+// TestClaimWithLeaseSemaphore: a WithLease acquisition handed permits
+// confirms the grant on receipt, with one round trip that sets its whole
+// lease (the watchdog, which extends claims, does not renew it).
+func TestClaimWithLeaseSemaphore(t *testing.T) {
+	e := newEnv(t)
+	const name = "claim-lease"
+	const lease = 20 * time.Second
+	holder := e.sem(e.client(), name, 1)
+	waiter := e.sem(e.client(), name, 1)
+	held := mustAcquire(t, holder, e.ctx, 1)
+	ch := goAcquire(waiter, e.ctx, 1, semaphore.WithLease(lease))
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return e.queueLen(name) == 1 })
+	mustRelease(t, holder, held)
+	r := receive(t, ch, prompt, "the waiter")
+	at, err := e.raw.Do(e.ctx, e.raw.B().Zrange().Key(e.base(name)+":permits").Min("0").Max("0").Withscores().Build()).AsZScores()
+	if err != nil || len(at) != 1 {
+		t.Fatalf("permits zset = %v, %v", at, err)
+	}
+	now, err := e.raw.Do(e.ctx, e.raw.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := time.ParseDuration(now[0] + "s")
+	usec, _ := time.ParseDuration(now[1] + "us")
+	left := time.Duration(at[0].Score)*time.Millisecond - sec - usec
+	if left <= rlock.DefaultClaimWindow || left > lease {
+		t.Errorf("the permit's lease has %v left right after the hand-off, want about its lease (%v)", left, lease)
+	}
+	mustRelease(t, waiter, r.ctx)
+}
