@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/slot"
 )
 
 // maxRedirects bounds the MOVED hops one slot's subscription follows in one
@@ -111,7 +112,7 @@ func (c *conn) onShardSubscription(l *link, s rueidis.PubSubSubscription) {
 		l.dropped[s.Channel] = true
 		return
 	}
-	delete(c.slotOwner, slotOf(s.Channel))
+	delete(c.slotOwner, slot.Of(s.Channel))
 	c.unconfirm(e)
 	c.kick()
 }
@@ -199,7 +200,7 @@ func (c *conn) flushSharded(ctx context.Context, links map[string]*link, lost ch
 			c.deleteEntry(e)
 			continue
 		}
-		bySlot[slotOf(e.channel)] = append(bySlot[slotOf(e.channel)], e)
+		bySlot[slot.Of(e.channel)] = append(bySlot[slot.Of(e.channel)], e)
 	}
 	c.toSub = nil
 	owners := make(map[uint16]string, len(bySlot))
@@ -308,32 +309,4 @@ func guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
 		return ""
 	}
 	return addrs[0]
-}
-
-// slotOf returns the Redis Cluster slot of a channel (as of a key: CRC16 of
-// its hash tag, or of the whole name).
-func slotOf(channel string) uint16 {
-	key := channel
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) & 16383
-}
-
-// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
