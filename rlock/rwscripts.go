@@ -147,21 +147,18 @@ func rwAbandon(c *core.Client, k rwKeys, owner string, write bool, lease time.Du
 // renew.lua renews; read holds each have a lease of their own in the readers
 // zset, which rw_renew.lua renews.
 var (
-	rwWriteKind = &core.Kind{Name: "rwmutex-write", Renew: renewScript}
-	rwReadKind  = &core.Kind{Name: "rwmutex-read", Renew: rwRenewScript}
+	rwWriteKind = &core.Kind{Name: "rwmutex-write", Script: lua.Renew, Args: renewArgs}
+	rwReadKind  = &core.Kind{Name: "rwmutex-read", Script: lua.RWRenew, Args: rwRenewArgs}
 )
 
-func rwRenewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease time.Duration) ([]int64, error) {
-	keys := make([]string, 0, 2*len(group))
-	args := make([]string, 1, len(group)+1)
+// rwRenewArgs are rw_renew.lua's keys and args for a batch of read holds.
+func rwRenewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) {
+	keys = make([]string, 0, 2*len(group))
+	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for _, h := range group {
 		keys = append(keys, h.Key, countsKey(h.Key))
 		args = append(args, h.Owner)
 	}
-	vals, err := lua.RWRenew.Exec(ctx, c.RC, keys, args).AsIntSlice()
-	if err == nil && len(vals) != len(group) {
-		err = fmt.Errorf("rlock: unexpected rwmutex renew reply of %d entries for %d holds", len(vals), len(group))
-	}
-	return vals, err
+	return keys, args
 }

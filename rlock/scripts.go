@@ -227,21 +227,18 @@ func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error
 }
 
 // mutexKind renews Mutex holds for the watchdog.
-var mutexKind = &core.Kind{Name: "mutex", Renew: renewScript}
+var mutexKind = &core.Kind{Name: "mutex", Script: lua.Renew, Args: renewArgs}
 
-func renewScript(ctx context.Context, c *core.Client, group []*core.Hold, lease time.Duration) ([]int64, error) {
-	keys := make([]string, len(group))
-	args := make([]string, 1, len(group)+1)
+// renewArgs are renew.lua's keys and args for a batch of holds.
+func renewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) {
+	keys = make([]string, len(group))
+	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for i, h := range group {
 		keys[i] = h.Key
 		args = append(args, h.Owner)
 	}
-	vals, err := lua.Renew.Exec(ctx, c.RC, keys, args).AsIntSlice()
-	if err == nil && len(vals) != len(group) {
-		err = fmt.Errorf("rlock: unexpected renew reply of %d entries for %d holds", len(vals), len(group))
-	}
-	return vals, err
+	return keys, args
 }
 
 // abandon makes sure owner does not hold the lock, in the background: it is

@@ -187,18 +187,19 @@ func unreachable(err error) bool {
 }
 
 // permitKind renews permit leases for the watchdog.
-var permitKind = &core.Kind{Name: "semaphore", Renew: renewPermits}
+var permitKind = &core.Kind{Name: "semaphore", Script: lua.SemRenew, Args: renewPermitsArgs}
 
-// renewPermits extends a batch of leases; with each permits zset go the
-// counts and state keys of its semaphore, whose expiries follow the lease.
-func renewPermits(ctx context.Context, c *core.Client, group []*core.Hold, lease time.Duration) ([]int64, error) {
-	keys := make([]string, 0, 3*len(group))
-	args := make([]string, 1, len(group)+1)
+// renewPermitsArgs are sem_renew.lua's keys and args for a batch of leases;
+// with each permits zset go the counts and state keys of its semaphore, whose
+// expiries follow the lease.
+func renewPermitsArgs(group []*core.Hold, lease time.Duration) (keys, args []string) {
+	keys = make([]string, 0, 3*len(group))
+	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for _, h := range group {
 		base := strings.TrimSuffix(h.Key, permitsSuffix)
 		keys = append(keys, h.Key, base+countsSuffix, base)
 		args = append(args, h.Owner)
 	}
-	return lua.SemRenew.Exec(ctx, c.RC, keys, args).AsIntSlice()
+	return keys, args
 }

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Claims: a lock handed to a queued waiter is granted in Redis for the
@@ -101,51 +99,41 @@ func (c *Client) armClaims(timer *time.Timer) {
 	}
 }
 
-// extendClaims renews, in batches per Kind, every pending claim due within
-// claimSlack, to the watchdog's lease. A renewal that fails is tried again
-// after claimRetry; one that finds the hold gone ends it with ErrLeaseLost.
+// extendClaims renews, in batches per Kind (and slot, see renewHolds), every
+// pending claim due within claimSlack, to the watchdog's lease. A renewal
+// that fails is tried again after claimRetry; one that finds the hold gone
+// ends it with ErrLeaseLost.
 func (c *Client) extendClaims() {
 	now := time.Now()
-	byKind := make(map[*Kind][]*Hold)
+	var due []*Hold
 	var budget time.Duration
 	c.mu.Lock()
 	for h := range c.claims {
 		h.mu.Lock()
-		due, pending, left := h.claimDue, h.claim > 0 && !h.ended, h.until.Sub(now)
+		at, pending, left := h.claimDue, h.claim > 0 && !h.ended, h.until.Sub(now)
 		h.mu.Unlock()
-		if pending && !due.After(now.Add(claimSlack)) {
-			byKind[h.kind] = append(byKind[h.kind], h)
+		if pending && !at.After(now.Add(claimSlack)) {
+			due = append(due, h)
 			if budget == 0 || left < budget {
 				budget = left
 			}
 		}
 	}
 	c.mu.Unlock()
-	if len(byKind) == 0 {
+	if len(due) == 0 {
 		return
 	}
 	// Worth waiting for while the earliest validity lasts (the expiry timer
 	// ends that hold then anyway).
 	ctx, cancel := context.WithTimeout(c.BackgroundContext(), max(budget, claimRetry))
 	defer cancel()
-	batch := renewBatch
-	if c.RC.Mode() == rueidis.ClientModeCluster {
-		batch = 1
-	}
-	lease := c.Cfg.WatchdogTimeout
-	for kind, holds := range byKind {
-		for len(holds) > 0 {
-			n := min(batch, len(holds))
-			c.renewGroup(ctx, kind, holds[:n], lease, func(h *Hold) {
-				h.mu.Lock()
-				if h.claim > 0 {
-					h.claimDue = time.Now().Add(claimRetry)
-				}
-				h.mu.Unlock()
-			})
-			holds = holds[n:]
+	c.renewHolds(ctx, due, c.Cfg.WatchdogTimeout, func(h *Hold) {
+		h.mu.Lock()
+		if h.claim > 0 {
+			h.claimDue = time.Now().Add(claimRetry)
 		}
-	}
+		h.mu.Unlock()
+	})
 }
 
 // ParseNotice decodes the data of a message telling a queued waiter that what

@@ -62,6 +62,8 @@ type Client struct {
 	bgCtx    context.Context // see BackgroundContext
 	bgCancel context.CancelFunc
 
+	lastRound atomic.Pointer[RenewRound] // see LastRenewRound
+
 	locals  map[any]any // see Local
 	onClose []func()    // see OnClose
 }

@@ -4,14 +4,19 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/relockio/relock/internal/lua"
 )
 
 // Kind is what a primitive contributes to its holds: how to renew a batch of
-// them. Renew returns 1 for each hold whose lease was extended to lease and 0
-// for each hold that is gone in Redis.
+// them. The watchdog runs Script on the KEYS and ARGV that Args returns for a
+// batch (all of one cluster slot on a cluster client); Script returns one
+// entry per hold of the batch, in order: 1 when its lease was extended to
+// lease, 0 when it is gone in Redis.
 type Kind struct {
-	Name  string
-	Renew func(ctx context.Context, c *Client, holds []*Hold, lease time.Duration) ([]int64, error)
+	Name   string
+	Script *lua.Pipelined
+	Args   func(holds []*Hold, lease time.Duration) (keys, args []string)
 }
 
 // Hold is one owner's possession of a lock or of permits, from acquisition to

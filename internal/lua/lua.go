@@ -59,7 +59,7 @@ var (
 var (
 	Acquire     = rueidis.NewLuaScript(mutexLibSrc + acquireSrc)
 	Release     = rueidis.NewLuaScript(mutexLibSrc + releaseSrc)
-	Renew       = rueidis.NewLuaScript(renewSrc)
+	Renew       = newPipelined(renewSrc)
 	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
 	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
 	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
@@ -75,7 +75,7 @@ var (
 	RWAcquire = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAcquireSrc)
 	RWRelease = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwReleaseSrc)
 	RWAbandon = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAbandonSrc)
-	RWRenew   = rueidis.NewLuaScript(rwRenewSrc)
+	RWRenew   = newPipelined(rwRenewSrc)
 )
 
 // Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua,
@@ -85,7 +85,7 @@ var (
 	SemRelease = rueidis.NewLuaScript(semLibSrc + semReleaseSrc)
 	SemAbandon = rueidis.NewLuaScript(semLibSrc + semAbandonSrc)
 	SemLimit   = rueidis.NewLuaScript(semLibSrc + semLimitSrc)
-	SemRenew   = rueidis.NewLuaScript(semRenewSrc)
+	SemRenew   = newPipelined(semRenewSrc)
 )
 
 //go:embed probe.lua
