@@ -1,0 +1,184 @@
+package rlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/internal/slot"
+	"github.com/relockio/relock/rlock"
+)
+
+// watchdogOf is the machinery behind cl, whose watchdog rounds tests read.
+func watchdogOf(t *testing.T, cl *rlock.Client) *core.Client {
+	t.Helper()
+	c, ok := core.Of(cl)
+	if !ok {
+		t.Fatal("no core.Client behind the rlock.Client")
+	}
+	return c
+}
+
+// waitRounds polls (every 20ms, until ctx ends) until the watchdog of c has
+// finished n more rounds than after, and returns the last one.
+func waitRounds(ctx context.Context, t *testing.T, c *core.Client, after uint64, n uint64) core.RenewRound {
+	t.Helper()
+	return waitRound(ctx, t, c, func(r core.RenewRound) bool { return r.N >= after+n })
+}
+
+// waitRound polls (every 20ms, until ctx ends) until the last round of the
+// watchdog of c satisfies ok, and returns it.
+func waitRound(ctx context.Context, t *testing.T, c *core.Client, ok func(core.RenewRound) bool) core.RenewRound {
+	t.Helper()
+	for {
+		if r := c.LastRenewRound(); ok(r) {
+			return r
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no watchdog round as awaited; last %+v: %v", c.LastRenewRound(), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// evalshaCalls sums cmdstat_evalsha calls over the masters of cl.
+func evalshaCalls(ctx context.Context, t *testing.T, cl *redistest.Cluster) int64 {
+	t.Helper()
+	var total int64
+	for _, m := range cl.Masters {
+		msg, err := m.Do(ctx, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := msg.ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// Holds on several slots of every master, three per slot, are all renewed
+// by the watchdog of a cluster client with one script per slot (PTTL goes
+// back up, and they outlive their lease); a hold whose key was deleted is
+// reported lost, and the others are unaffected.
+func TestClusterWatchdogRenewsPerSlot(t *testing.T) {
+	cl := redistest.NewCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := strings.TrimSuffix(redistest.KeyPrefix(t), ":")
+	// Two slots per master, three lock names per slot.
+	const perSlot = 3
+	bySlot := map[uint16][]string{}
+	perMaster := map[*redistest.Server]int{}
+	for i := 0; len(bySlot) < 2*len(cl.Masters) && i < 100000; i++ {
+		n := "wd" + strconv.Itoa(i)
+		s := slot.Of(n)
+		if len(bySlot[s]) > 0 {
+			continue
+		}
+		owner, err := cl.Owner(ctx, int64(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perMaster[owner] == 2 {
+			continue
+		}
+		perMaster[owner]++
+		bySlot[s] = []string{n}
+	}
+	if len(bySlot) != 2*len(cl.Masters) {
+		t.Fatalf("found %d slots, want 2 per master", len(bySlot))
+	}
+	for i, full := 0, 0; full < len(bySlot) && i < 10000000; i++ {
+		n := "wd-" + strconv.Itoa(i)
+		if names, ok := bySlot[slot.Of(n)]; ok && len(names) < perSlot {
+			bySlot[slot.Of(n)] = append(names, n)
+			if len(names)+1 == perSlot {
+				full++
+			}
+		}
+	}
+	const lease = 3 * time.Second
+	x := clusterClient(t, cl, prefix, rlock.WithWatchdogTimeout(lease))
+	rc := redistest.ClusterClient(t, cl)
+	lockCtxs := map[string]context.Context{}
+	for s, names := range bySlot {
+		if len(names) != perSlot {
+			t.Fatalf("slot %d has names %v, want %d", s, names, perSlot)
+		}
+		for _, n := range names {
+			// Its key is in the slot of its name (the hash tag).
+			if got, _ := cl.KeySlot(ctx, core.Base(prefix, n)); got != int64(s) {
+				t.Fatalf("lock %s in slot %d, want %d", n, got, s)
+			}
+			l, err := x.Mutex(n).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lockCtxs[n] = l
+		}
+	}
+	wd := watchdogOf(t, x)
+	// The first round may have come while the locks were being taken.
+	first := waitRound(ctx, t, wd, func(r core.RenewRound) bool { return r.Holds == len(lockCtxs) })
+	if first.Holds != len(lockCtxs) || first.Scripts != len(bySlot) {
+		t.Errorf("a round renewed %d holds with %d scripts, want %d holds with %d (one per slot)",
+			first.Holds, first.Scripts, len(lockCtxs), len(bySlot))
+	}
+
+	// Lose one hold: its key is deleted behind the Client's back.
+	var lostName string
+	for _, names := range bySlot {
+		lostName = names[0]
+		break
+	}
+	if err := rc.Do(ctx, rc.B().Del().Key(core.Base(prefix, lostName)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lockCtxs[lostName].Done():
+		if cause := context.Cause(lockCtxs[lostName]); !errors.Is(cause, rlock.ErrLeaseLost) {
+			t.Errorf("lost hold ended with %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(2 * lease):
+		t.Fatal("a hold whose key was deleted was not reported lost")
+	}
+
+	// Two more rounds after the last lease granted at acquisition ran out:
+	// every other hold lives only through renewals.
+	r := waitRounds(ctx, t, wd, first.N, 3)
+	for n, l := range lockCtxs {
+		if n == lostName {
+			continue
+		}
+		if l.Err() != nil {
+			t.Errorf("hold %s ended: %v", n, context.Cause(l))
+			continue
+		}
+		pttl, err := rc.Do(ctx, rc.B().Pttl().Key(core.Base(prefix, n)).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Renewed each third of the lease: far above what is left of
+		// the lease granted at acquisition, which has run out.
+		if pttl < int64(lease/time.Millisecond)/3 {
+			t.Errorf("hold %s: PTTL %dms after %d rounds, want it renewed towards %v", n, pttl, r.N, lease)
+		}
+	}
+	if r.Holds != len(lockCtxs)-1 || r.Scripts != len(bySlot) {
+		t.Errorf("round %d renewed %d holds with %d scripts, want %d holds with %d", r.N, r.Holds, r.Scripts, len(lockCtxs)-1, len(bySlot))
+	}
+}
