@@ -5,8 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/internal/redistest"
@@ -181,4 +185,107 @@ func TestClusterWatchdogRenewsPerSlot(t *testing.T) {
 	if r.Holds != len(lockCtxs)-1 || r.Scripts != len(bySlot) {
 		t.Errorf("round %d renewed %d holds with %d scripts, want %d holds with %d", r.N, r.Holds, r.Scripts, len(lockCtxs)-1, len(bySlot))
 	}
+}
+
+// 10,000 Mutex holds of one cluster Client, on names spread over every slot
+// of 3 masters: every hold outlives its lease through renewals for 3 periods,
+// each renewal round of all of them takes well under a period (one DoMulti,
+// pipelined to the 3 masters at once), and the masters ran exactly the
+// scripts the rounds sent: one per slot, fewer than holds.
+func TestClusterWatchdogScale(t *testing.T) {
+	cl := redistest.NewCluster(t, 3, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := strings.TrimSuffix(redistest.KeyPrefix(t), ":")
+	const (
+		holds  = 10000
+		lease  = 3 * time.Second
+		period = lease / 3
+	)
+	x := clusterClient(t, cl, prefix, rlock.WithWatchdogTimeout(lease))
+	wd := watchdogOf(t, x)
+
+	start := time.Now()
+	lockCtxs := make([]context.Context, holds)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < holds; i = int(next.Add(1) - 1) {
+				l, err := x.Mutex("scale" + strconv.Itoa(i)).TryLock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				lockCtxs[i] = l
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("%d holds taken in %v", holds, time.Since(start))
+
+	// A round after every hold was taken; then count the scripts the
+	// masters run over the next two rounds (nothing else runs scripts).
+	r0 := waitRound(ctx, t, wd, func(r core.RenewRound) bool { return r.Holds == holds })
+	before := evalshaCalls(ctx, t, cl)
+	r2 := waitRounds(ctx, t, wd, r0.N, 2)
+	scripts := evalshaCalls(ctx, t, cl) - before
+	if r2.N != r0.N+2 {
+		t.Fatalf("rounds %d to %d passed while counting scripts, want 2", r0.N, r2.N)
+	}
+	r3 := waitRounds(ctx, t, wd, r2.N, 1)
+	for _, r := range []core.RenewRound{r0, r2, r3} {
+		t.Logf("round %d: %d holds, %d scripts, took %v (period %v)", r.N, r.Holds, r.Scripts, r.Took, period)
+		if r.Holds != holds {
+			t.Errorf("round %d renewed %d holds, want %d", r.N, r.Holds, holds)
+		}
+		if r.Took > period/2 {
+			t.Errorf("round %d took %v, want well under the period %v", r.N, r.Took, period)
+		}
+	}
+	// Every script is one slot's batch; 10,000 names fill ~7,500 of the
+	// 16,384 slots (one round trip per node carries them all).
+	distinct := map[uint16]bool{}
+	for i := range holds {
+		distinct[slot.Of("scale"+strconv.Itoa(i))] = true
+	}
+	t.Logf("EVALSHA over rounds %d-%d: %d (%d distinct slots, %d holds)", r0.N+1, r2.N, scripts, len(distinct), holds)
+	if r3.Scripts != len(distinct) || scripts > int64(2*len(distinct)) {
+		t.Errorf("%d scripts per round, %d EVALSHA in 2 rounds; want one per slot (%d)", r3.Scripts, scripts, len(distinct))
+	}
+
+	// Every lease granted at acquisition has run out: the holds live
+	// through renewals, and Redis agrees.
+	if since := time.Since(start); since < lease {
+		t.Fatalf("checked after %v, before the acquisition leases ran out (%v)", since, lease)
+	}
+	ended := 0
+	for _, l := range lockCtxs {
+		if l.Err() != nil {
+			ended++
+		}
+	}
+	if ended > 0 {
+		t.Errorf("%d of %d holds ended", ended, holds)
+	}
+	rc := redistest.ClusterClient(t, cl)
+	cmds := make([]rueidis.Completed, holds)
+	for i := range holds {
+		cmds[i] = rc.B().Pttl().Key(core.Base(prefix, "scale"+strconv.Itoa(i))).Build()
+	}
+	minTTL := int64(lease / time.Millisecond)
+	for i, res := range rc.DoMulti(ctx, cmds...) {
+		pttl, err := res.AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl <= 0 {
+			t.Errorf("lock scale%d: PTTL %d, want alive", i, pttl)
+		}
+		minTTL = min(minTTL, pttl)
+	}
+	t.Logf("lowest PTTL of %d locks: %dms", holds, minTTL)
 }
