@@ -77,7 +77,8 @@ func evalshaCalls(ctx context.Context, t *testing.T, cl *redistest.Cluster) int6
 // Holds on several slots of every master, three per slot, are all renewed
 // by the watchdog of a cluster client with one script per slot (PTTL goes
 // back up, and they outlive their lease); a hold whose key was deleted is
-// reported lost, and the others are unaffected.
+// reported lost, and the others are unaffected, also once the masters have
+// forgotten the scripts (SCRIPT FLUSH).
 func TestClusterWatchdogRenewsPerSlot(t *testing.T) {
 	cl := redistest.NewCluster(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -159,6 +160,14 @@ func TestClusterWatchdogRenewsPerSlot(t *testing.T) {
 		}
 	case <-time.After(2 * lease):
 		t.Fatal("a hold whose key was deleted was not reported lost")
+	}
+
+	// The masters forget the scripts (as after a restart): renewals are
+	// answered NOSCRIPT and resent as EVAL.
+	for _, m := range cl.Masters {
+		if _, err := m.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Two more rounds after the last lease granted at acquisition ran out:
