@@ -80,6 +80,16 @@ func (f *ftFaultClient) set(fn func(script string) *ftFault) {
 	f.mu.Unlock()
 }
 
+// DoMulti (the watchdog's renewals) applies the faults to each command, sent
+// one after another through Do.
+func (f *ftFaultClient) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	results := make([]rueidis.RedisResult, len(multi))
+	for i, cmd := range multi {
+		results[i] = f.Do(ctx, cmd)
+	}
+	return results
+}
+
 func (f *ftFaultClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	script := ftScript(cmd.Commands())
 	var fault *ftFault
