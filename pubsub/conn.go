@@ -377,13 +377,7 @@ func (c *conn) serve(ctx context.Context, dc rueidis.DedicatedClient, lost <-cha
 			// A permanent refusal (an ACL revoked meanwhile) waits for the
 			// next change: the idle channels cost only memory.
 		}
-		var timer <-chan time.Time
-		if retry {
-			retryIn = min(max(2*retryIn, minReconnectBackoff), c.mux.cfg.maxBackoff)
-			timer = time.After(retryIn)
-		} else {
-			retryIn = 0
-		}
+		timer := c.mux.retryTimer(retry, &retryIn)
 		kicks := c.kicks
 		if retry {
 			// Subscribing more while Redis refuses would only meet the same
@@ -664,4 +658,17 @@ func permanent(err error) bool {
 		return false
 	}
 	return true
+}
+
+// retryTimer fires when a connection that met an error (retry) should try
+// again, with a delay doubling from minReconnectBackoff up to the maximum
+// backoff; *retryIn carries the last delay and is reset after a success, when
+// the timer is nil (it never fires).
+func (m *Multiplexer) retryTimer(retry bool, retryIn *time.Duration) <-chan time.Time {
+	if !retry {
+		*retryIn = 0
+		return nil
+	}
+	*retryIn = min(max(2**retryIn, minReconnectBackoff), m.cfg.maxBackoff)
+	return time.After(*retryIn)
 }

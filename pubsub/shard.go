@@ -52,13 +52,7 @@ func (c *conn) runSharded() {
 	for {
 		retry := c.flushSharded(ctx, links, lost)
 		c.retireLinks(links)
-		var timer <-chan time.Time
-		if retry {
-			retryIn = min(max(2*retryIn, minReconnectBackoff), c.mux.cfg.maxBackoff)
-			timer = time.After(retryIn)
-		} else {
-			retryIn = 0
-		}
+		timer := c.mux.retryTimer(retry, &retryIn)
 		kicks := c.kicks
 		if retry {
 			kicks = nil // newcomers wait for the retry

@@ -42,16 +42,9 @@ import (
 // against the attempt still running late.
 
 func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
-	lc, err := newLockConfig(opts)
+	lc, wait, err := lockCall(ctx, wait, opts, m.usable())
 	if err != nil {
 		return nil, err
-	}
-	wait = wait && !lc.tryOnce // WithWaitTimeout(0): one attempt, as TryLock
-	if err := m.usable(); err != nil {
-		return nil, err
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
 	if !m.c.Enter() {
 		return nil, ErrClosed

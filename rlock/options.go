@@ -1,6 +1,7 @@
 package rlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -296,4 +297,22 @@ func WithLease(d time.Duration) LockOption {
 // and so are values above MaxWaitTimeout (30 days).
 func WithWaitTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.waitTimeout, c.waitSet = d, true }
+}
+
+// lockCall reads the options of a Lock or TryLock call and makes the checks
+// every lock kind makes first, in this order: the options, the lock itself
+// (unusable: its invalid name, a closed Client...), and ctx. The wait it
+// returns is false when WithWaitTimeout(0) asks for one attempt.
+func lockCall(ctx context.Context, wait bool, opts []LockOption, unusable error) (lockConfig, bool, error) {
+	lc, err := newLockConfig(opts)
+	if err != nil {
+		return lc, false, err
+	}
+	if unusable != nil {
+		return lc, false, unusable
+	}
+	if ctx == nil {
+		return lc, false, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	return lc, wait && !lc.tryOnce, nil
 }

@@ -73,16 +73,9 @@ func (qm *QuorumMutex) TryLock(ctx context.Context, opts ...LockOption) (context
 }
 
 func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
-	lc, err := newLockConfig(opts)
+	lc, wait, err := lockCall(ctx, wait, opts, qm.err)
 	if err != nil {
 		return nil, err
-	}
-	wait = wait && !lc.tryOnce
-	if qm.err != nil {
-		return nil, qm.err
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
 	q := qm.q
 	if !q.enter() {

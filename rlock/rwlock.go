@@ -18,16 +18,9 @@ var errWriteHoldGone = errors.New("the write hold it was taken under is gone")
 
 // lock takes the read or the write lock (write); wait makes it block.
 func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption) (context.Context, error) {
-	lc, err := newLockConfig(opts)
+	lc, wait, err := lockCall(ctx, wait, opts, rw.usable())
 	if err != nil {
 		return nil, err
-	}
-	wait = wait && !lc.tryOnce
-	if err := rw.usable(); err != nil {
-		return nil, err
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
 	if !rw.c.Enter() {
 		return nil, ErrClosed
