@@ -20,6 +20,8 @@ import (
 //	cohort    a watchdog Lock waits in its Client (see cohort.go) until it is
 //	            passed the lock -> held
 //	            made the leader with a place queued for it -> queued (presumed)
+//	            a place the Client's last release reserved (see
+//	            cohorts.reserve), taken at once -> queued (presumed)
 //	            made the leader without one -> queued
 //	queued    subscribed to the lock's channel, queued in Redis under one
 //	          owner id for the whole call, re-checking on wake-ups and at the
@@ -544,7 +546,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	requestID := m.c.NewID()
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, "", "", false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successorPlace{}, false)
 		m.c.NoteError(e)
 		return e
 	})

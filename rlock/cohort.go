@@ -69,7 +69,10 @@ type cohorts struct {
 // lock again after its last Unlock, so that it lingers only where that pays.
 type relockStat struct {
 	missed   bool      // the last linger ran out unused: do not park
-	released time.Time // a final Unlock released without parking then
+	released time.Time // a final Unlock released in Redis then
+	// quick: the Client's last Lock came within the linger of its last
+	// release in Redis (see reserve).
+	quick bool
 }
 
 // maxRelockStats bounds cohorts.relock: past it the map is cleared (it is only
@@ -107,6 +110,11 @@ type cohort struct {
 	parked    *cohortPass
 	parkTimer *time.Timer
 	parkedBy  *Mutex
+	// unparked counts the Lock calls of this turn that took a parked lock:
+	// the Client's goroutines lock again right after Unlock (see reserve).
+	unparked int
+	// reserveTimer gives up a reserved place no Lock took (see reserve).
+	reserveTimer *time.Timer
 }
 
 // localWaiter is one waiting Lock call, as the cohort sees it.
@@ -120,6 +128,9 @@ type localWaiter struct {
 	// holder did for it then.
 	successor bool
 	promo     *promotion
+	// reservedBy marks a placeholder leader standing for a Lock call the
+	// Client expects (see reserve): no goroutine waits behind it yet.
+	reservedBy *Mutex
 }
 
 // cohortPass is a lock passed on locally: what the new hold takes over.
@@ -208,6 +219,9 @@ func (t *cohorts) join(name string) (lw *localWaiter, lead bool) {
 	co.refs++
 	lw = &localWaiter{ready: make(chan struct{})}
 	co.waiters = append(co.waiters, lw)
+	if t.takeReservation(co, lw) {
+		return lw, false
+	}
 	if !co.held && co.leader == nil {
 		co.leader = lw
 		lw.closed = true
@@ -287,7 +301,7 @@ func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, 
 	}
 	co.held, co.hold = true, h
 	co.next, co.last = h.Token+1, last
-	co.passed, co.since = 0, time.Now()
+	co.passed, co.since, co.unparked = 0, time.Now(), 0
 	co.contended = contended
 }
 
@@ -406,19 +420,42 @@ func (t *cohorts) unpark(m *Mutex) *cohortPass {
 	defer t.mu.Unlock()
 	co := t.m[m.name]
 	if co == nil || co.parked == nil || !co.parkTimer.Stop() {
-		if st := t.relock[m.name]; st != nil && st.missed && time.Since(st.released) < t.linger {
-			st.missed = false // a linger would have paid: try again
+		if st := t.relock[m.name]; st != nil {
+			st.quick = time.Since(st.released) < t.linger
+			if st.missed && st.quick {
+				st.missed = false // a linger would have paid: try again
+			}
 		}
 		return nil
 	}
 	p := co.parked
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
+	co.unparked++
 	delete(t.relock, m.name)
 	if !co.quiet() {
 		t.releaseParked(m, co, p)
 		return nil
 	}
 	return p
+}
+
+// noteReleased records that a final Unlock of this Client released the lock
+// in Redis (see relockStat).
+func (t *cohorts) noteReleased(name string) {
+	if t.linger <= 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.relock[name]
+	if st == nil {
+		if len(t.relock) >= maxRelockStats {
+			clear(t.relock)
+		}
+		st = &relockStat{}
+		t.relock[name] = st
+	}
+	st.released = time.Now()
 }
 
 // expire releases a parked lock whose linger ran out unused.
@@ -441,11 +478,14 @@ func (t *cohorts) expire(m *Mutex, p *cohortPass) {
 func (t *cohorts) flush() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, co := range t.m {
+	for name, co := range t.m {
 		if co.parked != nil && co.parkTimer.Stop() {
 			p, m := co.parked, co.parkedBy
 			co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
 			t.releaseParked(m, co, p)
+		}
+		if l := co.leader; l != nil && l.reservedBy != nil && l.promo != nil {
+			t.dropReservation(name, co, l)
 		}
 	}
 }
@@ -507,7 +547,8 @@ func (t *cohorts) successor(name string, h *core.Hold) *localWaiter {
 // promote hands lw the place the release of h queued for it and ends h's
 // cohort. It reports false when lw is no longer the successor (it left, or the
 // hold ended meanwhile and it queues by itself): the caller gives the place up.
-func (t *cohorts) promote(name string, h *core.Hold, lw *localWaiter, p *promotion) bool {
+func (t *cohorts) promote(m *Mutex, h *core.Hold, lw *localWaiter, p *promotion) bool {
+	name := m.name
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.m[name]
@@ -517,7 +558,11 @@ func (t *cohorts) promote(name string, h *core.Hold, lw *localWaiter, p *promoti
 	ok := lw.successor && co.leader == lw
 	if ok {
 		lw.successor, lw.promo = false, p
-		lw.wake()
+		if lw.reservedBy != nil {
+			t.holdReservation(name, co, lw)
+		} else {
+			lw.wake()
+		}
 	}
 	t.dissolveLocked(name, co, h)
 	return ok
@@ -535,6 +580,9 @@ func (t *cohorts) keep(name string, h *core.Hold, lw *localWaiter, first, last u
 		lw.successor = false
 		if co != nil && co.leader == lw {
 			co.leader = nil
+			if lw.reservedBy != nil {
+				co.refs--
+			}
 		}
 	}
 	if co == nil || !co.held || co.hold != h {
@@ -573,6 +621,9 @@ func (t *cohorts) dissolveLocked(name string, co *cohort, h *core.Hold) {
 	if l := co.leader; l != nil && l.successor {
 		l.successor = false
 		co.leader = nil
+		if l.reservedBy != nil {
+			co.refs--
+		}
 	}
 	co.settle()
 	t.put(name, co)

@@ -27,7 +27,7 @@ func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id st
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	r, err := releaseScript(ctx, m.c, m.keys, h.Owner, id, lease, "", "", false)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner, id, lease, successorPlace{}, false)
 	return r.left, err
 }
 

@@ -488,7 +488,7 @@ func (qm *QuorumMutex) releaseOn(ctx context.Context, c *core.Client, h *core.Ho
 	id := c.NewID()
 	var r releaseReply
 	err = core.RetryTransient(ctx, func() (err error) {
-		r, err = releaseScript(ctx, c, qm.keys, h.Owner, id, lease, "", "", false)
+		r, err = releaseScript(ctx, c, qm.keys, h.Owner, id, lease, successorPlace{}, false)
 		c.NoteError(err)
 		return err
 	})

@@ -172,7 +172,9 @@ type releaseReply struct {
 	// owner field, with tokens first..last; otherwise, when freed, the
 	// successor is queued, fence is the fencing counter after the hand-off
 	// and granted the lease (ms) handed to the head waiter (0: none was).
+	// unqueued: a reserved successor was not queued (no one else was).
 	kept        bool
+	unqueued    bool
 	first, last uint64
 	fence       uint64
 	granted     int64
@@ -182,6 +184,8 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 	switch {
 	case len(vals) == 1 && vals[0] >= -1:
 		return releaseReply{left: vals[0]}, nil
+	case len(vals) == 1 && vals[0] == -4:
+		return releaseReply{unqueued: true}, nil
 	case len(vals) == 3 && vals[0] == 0 && vals[1] >= 0 && vals[2] >= 0:
 		return releaseReply{fence: uint64(vals[1]), granted: vals[2]}, nil
 	case len(vals) == 3 && vals[0] == -3 && vals[1] > 0 && vals[2] >= vals[1]:
@@ -190,14 +194,23 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 	return releaseReply{}, fmt.Errorf("rlock: unexpected release reply %v", vals)
 }
 
-// releaseScript runs release.lua. successor, when not empty, is the owner id
-// (and secret) under which a local waiter is queued behind the release (or for
-// which the lock is kept; see release.lua). bury leaves a tombstone of owner
-// when the release frees it: an acquisition attempt of it may still run late.
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, successor, secret string, bury bool) (releaseReply, error) {
+// successorPlace is the place a final release queues behind the waiters it
+// serves, for the releasing Client's next Lock (see release.lua): owner id
+// and secret of a waiting goroutine, or, reserved, of a Lock expected soon
+// (see cohorts.reserve). The zero value names none.
+type successorPlace struct {
+	owner, secret string
+	reserved      bool
+}
+
+// releaseScript runs release.lua. next, when named, is queued behind the
+// release (or the lock is kept for it; see release.lua). bury leaves a
+// tombstone of owner when the release frees it: an acquisition attempt of it
+// may still run late.
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, next successorPlace, bury bool) (releaseReply, error) {
 	entry := ""
-	if successor != "" {
-		entry = successor + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + secret
+	if next.owner != "" {
+		entry = next.owner + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + next.secret
 	}
 	tombstone := "0"
 	if bury {
@@ -205,7 +218,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 	}
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
-			entry, ms(waiterLease(c)), tombstone, k.grantPrefix}).AsIntSlice()
+			entry, ms(waiterLease(c)), tombstone, k.grantPrefix, flag(next.reserved)}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}

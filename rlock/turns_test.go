@@ -2,6 +2,7 @@ package rlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,9 +91,13 @@ func TestTurnCoversTheWorkersNextLock(t *testing.T) {
 		t.Fatal("the worker's Lock right after Unlock did not take the lock kept for its turn")
 	}
 	// Passes in the turn ran no script; the release that ended the turn ran
-	// one, and b's hand-off none.
-	if got := e.scripts() - scripts; got > 1 {
-		t.Fatalf("a turn of %d holds ran %d scripts; want 1 (the final release)", relocks+1, got)
+	// one, and b's hand-off none. That release also queued a place for a's
+	// next Lock (see TestTwoWorkersTakeTurns), which a never takes: it is
+	// given up after the linger, with one more script (two commands when
+	// this server has not run that script yet: EVALSHA, refused, then EVAL).
+	e.queuedIs(0)
+	if got := e.scripts() - scripts; got > 3 {
+		t.Fatalf("a turn of %d holds ran %d scripts; want the final release and the reserved place given up", relocks+1, got)
 	}
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] <= tokens[i-1] {
@@ -183,4 +188,73 @@ func TestUncontendedUnlockFreesAtOnce(t *testing.T) {
 		t.Fatalf("TryLock by another Client after Unlock: %v", err)
 	}
 	mustUnlockFT(t, b.Mutex(name), l)
+}
+
+// Two worker processes, one goroutine each, locking in a loop: they take
+// turns too. A release that ends a turn queues a place for its Client's next
+// Lock behind the waiter it serves, so the new holder learns that another
+// Client waits (without it, a fleet of two would cross processes on every
+// hold), and the next Lock takes that place without a script of its own.
+func TestTwoWorkersTakeTurns(t *testing.T) {
+	e := ftNewEnv(t)
+	const name, perWorker = "two-workers", 120
+	clients := []*rlock.Client{e.client(rlock.WithLinger(20 * time.Millisecond)), e.client(rlock.WithLinger(20 * time.Millisecond))}
+	e.warmUp(clients...)
+	var mu sync.Mutex
+	var order []int
+	var tokens []uint64
+	scripts := e.scripts()
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex(name)
+			for range perWorker {
+				l, err := m.Lock(e.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				tok, _ := m.Token(l)
+				mu.Lock()
+				order = append(order, i)
+				tokens = append(tokens, tok)
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond) // the critical section
+				if err := m.Unlock(l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	switches := 0
+	for i := 1; i < len(order); i++ {
+		if order[i] != order[i-1] {
+			switches++
+		}
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d after %d", tokens[i], tokens[i-1])
+		}
+	}
+	ran := e.scripts() - scripts
+	t.Logf("%d holds, %d switches between the workers, %d scripts", len(order), switches, ran)
+	// Both run until done, so the lock must change hands; turns make it do
+	// so about once per TurnBudget holds or per burst, not once per hold.
+	if switches == 0 || switches > len(order)/3 {
+		t.Fatalf("%d switches in %d holds; want turns (at most a third)", switches, len(order))
+	}
+	if ran > int64(len(order)/2) {
+		t.Fatalf("%d scripts for %d holds; want at most one per two holds", ran, len(order))
+	}
+	// Nothing is left queued or held once both stopped: a reserved place no
+	// Lock took is given up.
+	e.eventually(5*time.Second, "the lock free and its queue empty", func() bool {
+		return !e.exists(e.lockKey(name)) && len(e.sortedSetMembers()) == 0
+	})
 }

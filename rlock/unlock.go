@@ -64,20 +64,22 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 	for mayKeep := local; ; mayKeep = false {
 		var next *localWaiter
 		var sw *pubsub.Waiter
-		var successor, secret string
+		var place successorPlace
 		if mayKeep {
-			next = m.t.successor(m.name, h)
-			sw, successor, secret = m.successorWait(h, next)
+			if next = m.t.successor(m.name, h); next == nil {
+				next = m.t.reserve(m, h)
+			}
+			sw, place = m.successorWait(h, next)
 		}
 		t := h.Send(lease)
 		var r releaseReply
 		err := core.RetryTransient(ctx, func() (err error) {
-			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successor, secret, h.LateAttempts)
+			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, place, h.LateAttempts)
 			m.c.NoteError(err)
 			return err
 		})
 		if sw != nil {
-			m.placeSuccessor(h, next, sw, successor, secret, r, t, err)
+			m.placeSuccessor(h, next, sw, place, r, t, err)
 		}
 		switch {
 		case err != nil:
@@ -105,6 +107,9 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 			return m.notHeld(ErrLeaseLost)
 		case r.left == 0:
 			h.End(ErrUnlocked)
+			if local {
+				m.t.noteReleased(m.name)
+			}
 		default:
 			h.SetCount(r.left)
 			h.Extend(t, lease)
@@ -114,49 +119,54 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 }
 
 // successorWait prepares the release of h to queue next, the Client's next
-// leader, in Redis: a new owner id (and secret) and a Waiter on the lock's
-// channel tagged with it before the release runs, so the hand-off message
-// cannot arrive unheard. Only a live subscription will do, so that Unlock
-// never waits for pub/sub (a reconnect, say). Without a successor or a live
+// leader (a waiting goroutine, or a place reserved for an expected Lock), in
+// Redis: a new owner id (and secret) and a Waiter on the lock's channel
+// tagged with it before the release runs, so the hand-off message cannot
+// arrive unheard. Only a live subscription will do, so that Unlock never
+// waits for pub/sub (a reconnect, say). Without a successor or a live
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
-func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (w *pubsub.Waiter, owner, secret string) {
+func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
 	if next != nil {
 		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
 			owner := m.c.NewID()
 			w.SetTag(owner)
-			return w, owner, newSecret()
+			return w, successorPlace{owner: owner, secret: newSecret(), reserved: next.reservedBy != nil}
 		}
 	}
 	m.t.dissolve(m.name, h)
-	return nil, "", ""
+	return nil, successorPlace{}
 }
 
 // placeSuccessor settles next, named the successor in a release of h that
 // ended with r (or err): it is handed the place the release queued for it,
 // or, when the lock was kept, stays a local waiter to be passed the lock; a
 // place nobody takes up is given up, and when the release failed or found the
-// hold lost, h's cohort ends and the oldest waiter queues by itself.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, owner, secret string, r releaseReply, sent core.Ticket, err error) {
+// hold lost, h's cohort ends and the oldest waiter queues by itself. A
+// reserved place the release did not queue (no one else waited) is dropped.
+func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
 	wd := m.c.Cfg.WatchdogTimeout
 	switch {
 	case err == nil && r.kept:
+		w.Leave(true)
+	case err == nil && r.unqueued:
+		m.t.dissolve(m.name, h)
 		w.Leave(true)
 	case err == nil && r.left == 0:
 		retry := m.c.RetryAfter(r.granted)
 		if r.granted == 0 {
 			retry = 0
 		}
-		p := &promotion{w: w, owner: owner, secret: secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
+		p := &promotion{w: w, owner: place.owner, secret: place.secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
 			retryIn: min(retry, wd*4/5)}
-		if !m.t.promote(m.name, h, next, p) {
+		if !m.t.promote(m, h, next, p) {
 			w.Leave(true)
-			abandon(m.c, m.keys, owner, secret, wd, false)
+			abandon(m.c, m.keys, place.owner, place.secret, wd, false)
 		}
 	default:
 		m.t.dissolve(m.name, h)
 		w.Leave(true)
 		if err != nil { // the script may have queued it
-			abandon(m.c, m.keys, owner, secret, wd, true)
+			abandon(m.c, m.keys, place.owner, place.secret, wd, true)
 		}
 	}
 }

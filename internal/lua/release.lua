@@ -34,6 +34,10 @@
 --          attempt of this owner field may still run late (its reply was
 --          lost), freeing the field leaves a tombstone so that it is refused
 -- ARGV[11] grant channel prefix (see mutex_lib.lua)
+-- ARGV[12] '1' when the successor is a place reserved for the holder's process
+--          (its next Lock is expected, no goroutine waits yet): it is queued
+--          only behind other waiters; with no one else queued the lock is
+--          freed, not kept
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -43,6 +47,8 @@
 --                       claim window when shorter than its lease);
 --                       the successor is queued behind the others; fence is
 --                       the fencing counter after the hand-off
+--   {-4}                freed; the reserved successor (ARGV[12]) was not
+--                       queued, as no one else was
 --   {-3, first, last}   kept: a successor was named and no one else is
 --                       queued; the lock stays with the owner field, lease re-set,
 --                       with the fencing tokens first..last reserved
@@ -79,15 +85,22 @@ elseif ARGV[8] == '' then
   reply = '0'
 else
   local head = mutex_head(queue, waiters)
-  if not head then
+  if not head and ARGV[12] == '1' then
+    mutex_bury(KEYS[7], ARGV[10])
+    redis.call('DEL', lock)
+    mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block)
+    reply = '-4'
+  elseif not head then
     redis.call('PEXPIRE', lock, lease)
     local last = mutex_tokens(fence, block)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
     mutex_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
+    -- Queued before the hand-off, so that the grant counts it among the
+    -- waiters behind the new holder (which then knows to take turns).
     mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], ARGV[9])
+    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
     if last == 0 then
       last = tonumber(redis.call('GET', fence) or '0')
     end
