@@ -20,8 +20,9 @@ import (
 
 // publishCommand is what scripts publish with: SPUBLISH when the Client's
 // multiplexer subscribes with sharded pub/sub (a Redis 7 cluster), else
-// PUBLISH (see pubsub.WithSharding).
-func publishCommand(ctx context.Context, c *core.Client) string { return c.Mux.PublishCommand(ctx) }
+// PUBLISH, marked as counting no receivers in a cluster (see
+// core.Client.PublishArg and pubsub.WithSharding).
+func publishCommand(ctx context.Context, c *core.Client) string { return c.PublishArg(ctx) }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 

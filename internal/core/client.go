@@ -300,3 +300,15 @@ func (c *Client) NoteError(err error) {
 // package rlock sets it at init, so that other packages of the module can build
 // on an rlock.Client without rlock exporting its internals.
 var Of func(x any) (*Client, bool)
+
+// PublishArg is how the scripts are to publish (see publish_lib.lua): the
+// Multiplexer's PUBLISH or SPUBLISH, or, for classic pub/sub in a cluster,
+// where PUBLISH's count of receivers covers one node only, "PUBLISH?", so that
+// no script takes a waiter subscribed on another node for gone.
+func (c *Client) PublishArg(ctx context.Context) string {
+	cmd := c.Mux.PublishCommand(ctx)
+	if cmd == "PUBLISH" && c.RC.Mode() == rueidis.ClientModeCluster {
+		return "PUBLISH?"
+	}
+	return cmd
+}

@@ -13,7 +13,7 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  the owner's lease in milliseconds (its queue entry names it); also
 --          the tombstone's lifetime (a hold could not outlive it)
--- ARGV[3]  publish command: PUBLISH or SPUBLISH
+-- ARGV[3]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  fencing tokens to reserve for a queued waiter handed the lock

@@ -17,7 +17,7 @@
 -- ARGV[4]  "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[5]  waiter lease in milliseconds: how long a queued waiter keeps its
 --          place without re-checking
--- ARGV[6]  publish command: PUBLISH or SPUBLISH
+-- ARGV[6]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[7]  unlock channel
 -- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
 --          block the holder may pass on to goroutines of its own process)

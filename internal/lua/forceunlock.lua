@@ -8,7 +8,7 @@
 -- KEYS[2]  queue zset (see mutex_lib.lua)
 -- KEYS[3]  waiter deadlines zset
 -- KEYS[4]  fencing counter
--- ARGV[1]  publish command: PUBLISH or SPUBLISH
+-- ARGV[1]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[2]  unlock channel
 -- ARGV[3]  unlock message for listeners when no one is queued
 -- ARGV[4]  fencing tokens to reserve for a queued waiter handed the lock
@@ -22,7 +22,7 @@ end
 local owners = redis.call('HKEYS', KEYS[1])
 if redis.call('DEL', KEYS[1]) == 1 then
   for _, owner in ipairs(owners) do
-    redis.call(ARGV[1], mutex_grant_channel(ARGV[5], owner), '@' .. owner .. ' !')
+    lock_publish(ARGV[1], mutex_grant_channel(ARGV[5], owner), '@' .. owner .. ' !')
   end
   mutex_handoff(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]))
   return 1

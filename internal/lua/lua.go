@@ -13,8 +13,10 @@ import (
 )
 
 var (
+	//go:embed publish_lib.lua
+	publishLibSrc string
 	//go:embed mutex_lib.lua
-	mutexLibSrc string
+	mutexLibOnly string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -40,7 +42,7 @@ var (
 	rwRenewSrc string
 
 	//go:embed sem_lib.lua
-	semLibSrc string
+	semLibOnly string
 	//go:embed sem_acquire.lua
 	semAcquireSrc string
 	//go:embed sem_release.lua
@@ -51,6 +53,12 @@ var (
 	semLimitSrc string
 	//go:embed sem_renew.lua
 	semRenewSrc string
+)
+
+// The libraries prepended to the scripts; both publish through publish_lib.lua.
+var (
+	mutexLibSrc = publishLibSrc + mutexLibOnly
+	semLibSrc   = publishLibSrc + semLibOnly
 )
 
 // Scripts of the reentrant Mutex. Those that touch its waiter queue share the

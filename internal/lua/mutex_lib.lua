@@ -151,7 +151,7 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
     head = head or mutex_head(queue, waiters)
     if not head then
       if message then
-        redis.call(publish, channel, message)
+        lock_publish(publish, channel, message)
       end
       return 0, 0
     end
@@ -168,12 +168,12 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       local left = redis.call('ZCARD', queue)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
       local grant = string.format('%d:%d:%d', last - block + 1, last, left)
-      local heard = redis.call(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
+      local heard = lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       if heard > 0 then
         if ttl < tonumber(lease) and left > 0 then
           local nxt = string.match(redis.call('ZRANGE', queue, 0, 0)[1] or '', '^(.+)/%d+/%d+/%x+$')
           if nxt then
-            redis.call(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
+            lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
           end
         end
         return ttl, last

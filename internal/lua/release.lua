@@ -22,7 +22,7 @@
 -- KEYS[7]  tombstone of this owner field (see ARGV[10])
 -- ARGV[1]  owner field
 -- ARGV[2]  lease in milliseconds, re-set while holds remain (or the lock is kept)
--- ARGV[3]  publish command: PUBLISH or SPUBLISH
+-- ARGV[3]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[4]  unlock channel
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds

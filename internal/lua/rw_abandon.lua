@@ -13,7 +13,7 @@
 --            tombstone's lifetime (a hold could not outlive it)
 -- ARGV[4]    "1" to leave the tombstone, "0" when no rw_acquire.lua for the
 --            owner can be in flight
--- ARGV[5]    publish command: PUBLISH or SPUBLISH
+-- ARGV[5]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[6]    read channel
 -- ARGV[7]    grant channel prefix
 --

@@ -14,7 +14,7 @@
 -- ARGV[5]    "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[6]    waiter lease in milliseconds: how long a queued waiter keeps its
 --            place without re-checking
--- ARGV[7]    publish command: PUBLISH or SPUBLISH
+-- ARGV[7]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[8]    read channel: readers granted together are woken there
 -- ARGV[9]    grant channel prefix: a writer granted the lock is woken on it
 --            .. its client id

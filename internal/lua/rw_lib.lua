@@ -138,7 +138,7 @@ end
 
 -- Serves the head of the queue while the lock is free for it (see the top of
 -- this file). self is the calling owner: a grant to it is not announced.
--- publish is PUBLISH or SPUBLISH, readch the read channel, grants the grant
+-- publish is PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read channel, grants the grant
 -- channel prefix. Call rw_reclaim first.
 local function rw_serve(now, self, publish, readch, grants)
   for _ = 1, RW_SERVE_MAX do
@@ -161,7 +161,7 @@ local function rw_serve(now, self, publish, readch, grants)
       if owner == self then
         return
       end
-      if redis.call(publish, mutex_grant_channel(grants, owner), '@' .. owner) > 0 then
+      if lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner) > 0 then
         return
       end
       -- No one heard it: the writer's Client is gone. Undone (the token stays
@@ -182,7 +182,7 @@ local function rw_serve(now, self, publish, readch, grants)
           others[#others + 1] = o
         end
       end
-      if #others == 0 or redis.call(publish, readch, '*') > 0 then
+      if #others == 0 or lock_publish(publish, readch, '*') > 0 then
         return
       end
       -- No one heard it: every reader's Client is gone. Undone; next one.

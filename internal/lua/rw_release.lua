@@ -11,7 +11,7 @@
 -- ARGV[1]    owner field
 -- ARGV[2]    "r" for a read hold, "w" for a write hold
 -- ARGV[3]    lease in milliseconds, set afresh while levels remain
--- ARGV[4]    publish command: PUBLISH or SPUBLISH
+-- ARGV[4]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[5]    read channel
 -- ARGV[6]    grant channel prefix
 -- ARGV[7]    latch lifetime in milliseconds

@@ -8,7 +8,7 @@
 -- ARGV[1]     permit id
 -- ARGV[2]     its queue entry (see sem_lib.lua), or '' when it cannot be queued
 -- ARGV[3]     tombstone lifetime in milliseconds
--- ARGV[4]     publish command: PUBLISH or SPUBLISH
+-- ARGV[4]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[5]     grant channel prefix: a waiter's channel is it .. its client id
 --
 -- Returns the permits returned to the pool (0 when it held none).

@@ -12,7 +12,7 @@
 -- ARGV[3]     lease in milliseconds
 -- ARGV[4]     waiter lease in milliseconds: how long a queued waiter keeps its
 --             place without trying again
--- ARGV[5]     publish command: PUBLISH or SPUBLISH
+-- ARGV[5]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[6]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[7]     "1" to join (or stay in) the queue when the permits are not free
 --             now, "0" for a one-off attempt that leaves no trace

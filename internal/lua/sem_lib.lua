@@ -230,7 +230,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       local head = sem_head(now)
       local id, _, _, _, _, client = sem_parse(head ~= self and head or '')
       if id then
-        redis.call(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
+        lock_publish(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
       end
     end
     return false
@@ -254,7 +254,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       sem_dequeue(head)
     elseif not st.limit or n > st.limit or (exact and exact ~= st.limit) then
       sem_dequeue(head)
-      redis.call(publish, prefix .. client, '@' .. id)
+      lock_publish(publish, prefix .. client, '@' .. id)
     elseif n > avail then
       return notice()
     else
@@ -262,7 +262,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       -- %d: a number concatenated as is may print as 1e+12.
       local count = string.format('%d', n)
       local grant = count .. ':' .. redis.sha1hex(secret .. ':' .. count)
-      if redis.call(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
+      if lock_publish(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
         sem_take(id, n, now + ttl)
         if ttl < lease then
           claimed = math.min(claimed or ttl, ttl)

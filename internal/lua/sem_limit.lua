@@ -3,7 +3,7 @@
 -- KEYS[1..5]  the semaphore keys (see sem_lib.lua)
 -- ARGV[1]     "get", "init" (set only if no limit is set) or "set"
 -- ARGV[2]     the new limit, a non-negative integer (ignored by "get")
--- ARGV[3]     publish command: PUBLISH or SPUBLISH
+-- ARGV[3]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[4]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[5]     "get" only: limit to establish (marked auto) when none is set,
 --             a non-negative integer, or "" for none

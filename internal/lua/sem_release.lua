@@ -6,7 +6,7 @@
 -- KEYS[1..5]  the semaphore keys (see sem_lib.lua)
 -- KEYS[6]     result latch of this request
 -- ARGV[1]     permit id
--- ARGV[2]     publish command: PUBLISH or SPUBLISH
+-- ARGV[2]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[3]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[4]     latch lifetime in milliseconds
 -- ARGV[5]     "1" when an earlier attempt of this request may have run (a
