@@ -7,7 +7,7 @@ import (
 )
 
 // The comparisons printed after the tables. A peer is any contender but
-// relock's own (rlock and the semaphore); a peer that failed at a point
+// relock's own (rlock, the semaphore, rlock-classic); a peer that failed at a point
 // (stuck waiters, errors, broken exclusion) or acquired nothing is left out
 // there.
 
@@ -21,7 +21,9 @@ const (
 	minHandoffSamples = 20
 )
 
-func isOwn(slug string) bool { return slug == "rlock" || slug == "semaphore" }
+func isOwn(slug string) bool {
+	return slug == "rlock" || slug == "semaphore" || slug == "rlock-classic"
+}
 
 // pointView is a point's medians sorted out for the comparisons.
 type pointView struct {
