@@ -222,14 +222,14 @@ func clusterPoints(cfg config) []Point {
 		for _, tg := range []string{targetOwn, targetCluster1, targetCluster3} {
 			pts = append(pts, Point{Scenario: "cluster-locks", Target: tg, Contenders: clusterContenders(tg),
 				Label:   fmt.Sprintf("cluster-locks %s %dp/%dg %d locks hold %s", shortTarget(tg), n, g, locks, fmtHold(clusterLocksHold)),
-				Workers: n, ClientsPerWorker: 1, Goroutines: g, Locks: locks, Hold: clusterLocksHold})
+				Workers: n, ClientsPerWorker: 1, Goroutines: g, Locks: locks, Hold: clusterLocksHold, Duration: cfg.clusterDur})
 		}
 	}
 	h := cfg.clusterHotProcs
 	for _, tg := range []string{targetOwn, targetCluster3} {
 		pts = append(pts, Point{Scenario: "cluster-hot", Target: tg, Contenders: clusterContenders(tg),
 			Label:   fmt.Sprintf("cluster-hot %s %dp/%dg hold %s", shortTarget(tg), h, h, fmtHold(clusterHotHold)),
-			Workers: h, ClientsPerWorker: 1, Goroutines: h, Locks: 1, Hold: clusterHotHold})
+			Workers: h, ClientsPerWorker: 1, Goroutines: h, Locks: 1, Hold: clusterHotHold, Duration: cfg.clusterDur})
 	}
 	return pts
 }

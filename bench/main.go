@@ -67,6 +67,7 @@ type config struct {
 	clusterG        int
 	clusterSharing  []int
 	clusterHotProcs int
+	clusterDur      time.Duration
 }
 
 func main() {
@@ -105,6 +106,7 @@ func run() int {
 	flag.IntVar(&cfg.clusterProcs, "cluster-procs", 4, "cluster-locks points: worker processes, one Client each")
 	flag.IntVar(&cfg.clusterG, "cluster-goroutines", 256, "cluster-locks points: goroutines in all, spread evenly over the processes")
 	flag.StringVar(&clusterSharing, "cluster-sharing", "1,2", "cluster-locks points: goroutines per lock, each in another process (at most -cluster-procs): 1 = every goroutine its own lock; goroutines/sharing distinct locks")
+	flag.DurationVar(&cfg.clusterDur, "cluster-duration", 2*time.Second, "length of the cluster points' runs (longer than -duration: the machine's other load varies from one second to the next)")
 	flag.IntVar(&cfg.clusterHotProcs, "cluster-hot-procs", 8, "cluster-hot points: worker processes with one Client and one goroutine each, on one lock")
 	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png (cluster.json alone for a run of -scenarios cluster only)")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
@@ -135,6 +137,9 @@ func run() int {
 		if !set["floor-msgs"] {
 			cfg.floorMsgs = 100
 		}
+		if !set["cluster-duration"] {
+			cfg.clusterDur = 500 * time.Millisecond
+		}
 	}
 	var err error
 	if cfg.contenders, err = pickContenders(contenders); err == nil {
@@ -156,8 +161,8 @@ func run() int {
 	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
 		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1 ||
 		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1 ||
-		cfg.clusterProcs < 1 || cfg.clusterHotProcs < 1) {
-		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window, -floor-msgs, -cluster-procs and -cluster-hot-procs must be positive")
+		cfg.clusterProcs < 1 || cfg.clusterHotProcs < 1 || cfg.clusterDur <= 0) {
+		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window, -floor-msgs, -cluster-procs, -cluster-hot-procs and -cluster-duration must be positive")
 	}
 	if err == nil && cfg.clusterG < cfg.clusterProcs {
 		err = errors.New("-cluster-goroutines must be at least -cluster-procs")
@@ -258,8 +263,8 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 	fmt.Printf("redis %s at %s (%s); %d CPUs, %s; load average %s\n", rep.Server["redis_version"], srv.Addr(), rep.Server["source"], runtime.NumCPU(), runtime.Version(), rep.LoadAvg[0])
 	rep.Module = moduleState()
 	fmt.Printf("relock %s\n", rep.Module)
-	fmt.Printf("%d rounds x %d points, %d runs a round, runs of %v (many-locks %v, handoff-xproc %v, blocked window %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
-		cfg.rounds, len(points), total, cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.handoffDur, cfg.blockedWin, cfg.wait, cfg.stuckAfter, cfg.drainLimit)
+	fmt.Printf("%d rounds x %d points, %d runs a round, runs of %v (many-locks %v, handoff-xproc %v, blocked window %v, cluster %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
+		cfg.rounds, len(points), total, cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.handoffDur, cfg.blockedWin, cfg.clusterDur, cfg.wait, cfg.stuckAfter, cfg.drainLimit)
 
 	total *= cfg.rounds
 	n := 0

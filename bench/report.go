@@ -86,7 +86,7 @@ func newReport(cfg config, points []Point, cs []Contender) *Report {
 			"stuck_after": cfg.stuckAfter.String(), "drain_limit": cfg.drainLimit.String(), "pings": cfg.pings,
 			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "holds": fmt.Sprint(cfg.holds), "fleet_inproc_holds": fmt.Sprint(cfg.inprocHolds), "handoff_duration": cfg.handoffDur.String(),
 			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs,
-			"cluster_procs": cfg.clusterProcs, "cluster_goroutines": cfg.clusterG, "cluster_sharing": fmt.Sprint(cfg.clusterSharing), "cluster_hot_procs": cfg.clusterHotProcs,
+			"cluster_procs": cfg.clusterProcs, "cluster_goroutines": cfg.clusterG, "cluster_sharing": fmt.Sprint(cfg.clusterSharing), "cluster_hot_procs": cfg.clusterHotProcs, "cluster_duration": cfg.clusterDur.String(),
 		},
 		Figures: figures,
 	}
