@@ -35,8 +35,8 @@ bench-kinds: check-redis
 
 ## bench-cluster: rlock.Mutex (sharded and classic pub/sub) and a SET NX spin loop on a
 ## 1-master and a 3-master Redis Cluster and on one server: distinct-lock throughput,
-## hot-lock hand-offs and cluster-bus publish messages per acquisition (about 4
-## minutes; CLUSTER_FLAGS=-quick for 1). Needs redis-server; writes bench/results/cluster.json.
+## hot-lock hand-offs and cluster-bus publish messages per acquisition (about 2.5
+## minutes; CLUSTER_FLAGS=-quick for under 1). Needs redis-server; writes bench/results/cluster.json.
 bench-cluster: check-redis
 	cd bench && $(GO) run -mod=mod . -scenarios cluster $(CLUSTER_FLAGS)
 

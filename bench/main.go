@@ -12,8 +12,10 @@
 // Usage (from bench/):
 //
 //	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff-xproc,fleet,fleet-inproc,blocked]
+//	go run . -scenarios cluster   # the Redis Cluster points (cluster.go), make bench-cluster
 //
-// It writes results/results.json and results/chart.png, and exits 1 when a
+// It writes results/results.json and results/chart.png (results/cluster.json
+// alone for a run of the cluster points only), and exits 1 when a
 // contender lost a counter update, let two holders overlap, left a waiter
 // stuck on a free lock (unless listed in -known-stuck), or the bench failed.
 package main
