@@ -3,7 +3,7 @@
 # start their own redis-server).
 GO ?= go
 
-.PHONY: demo test bench bench-kinds chaos check-redis
+.PHONY: demo test bench bench-kinds bench-cluster chaos check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -32,6 +32,13 @@ bench: check-redis
 ## closest peers (about 2 minutes; KINDS_FLAGS=-quick for 1)
 bench-kinds: check-redis
 	cd bench && $(GO) run -mod=mod ./kinds $(KINDS_FLAGS)
+
+## bench-cluster: rlock.Mutex (sharded and classic pub/sub) and a SET NX spin loop on a
+## 1-master and a 3-master Redis Cluster and on one server: distinct-lock throughput,
+## hot-lock hand-offs and cluster-bus publish messages per acquisition (about 2.5
+## minutes; CLUSTER_FLAGS=-quick for under 1). Needs redis-server; writes bench/results/cluster.json.
+bench-cluster: check-redis
+	cd bench && $(GO) run -mod=mod . -scenarios cluster $(CLUSTER_FLAGS)
 
 ## chaos: the full fault-injection suite (several minutes): Mutex, semaphore and
 ## RWMutex workloads in worker processes under killed connections, Redis restarts and

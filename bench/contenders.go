@@ -39,11 +39,16 @@ type Contender struct {
 	// exist for it to be held. The stuck-waiter probe uses it to tell whether a
 	// lock is free.
 	Keys func(prefix, name string) (keys []string, quorum int)
+	// Cluster tells that Open can connect to a Redis Cluster (OpenEnv.Cluster);
+	// ClusterOnly that the contender runs at the cluster points only, where it
+	// differs from another (rlock with classic pub/sub).
+	Cluster, ClusterOnly bool
 }
 
 // OpenEnv is what Contender.Open gets.
 type OpenEnv struct {
 	Addr     string            // Redis host:port
+	Cluster  []string          // the masters of a Redis Cluster, when the point runs on one (Addr is one of them)
 	Prefix   string            // every key of the run starts with it (no braces)
 	Requests *measure.Requests // counts the commands the client sends
 }
@@ -100,10 +105,23 @@ func init() {
 		Slug:   "rlock",
 		Name:   "rlock.Mutex",
 		Config: "defaults (watchdog lease 30s, pub/sub wake-ups, 1 pub/sub connection per client)",
-		Open:   openRlock,
-		Keys: func(prefix, name string) ([]string, int) {
-			return []string{prefix + ":{" + name + "}"}, 1
+		Open: func(ctx context.Context, env OpenEnv) (LockClient, error) {
+			return openRlock(ctx, env)
 		},
+		Keys:    rlockKeys,
+		Cluster: true,
+	})
+	register(Contender{
+		Slug: "rlock-classic",
+		Name: "rlock classic pub/sub",
+		Config: "rlock.Mutex with rlock.WithPubSub(pubsub.WithSharding(pubsub.ShardingClassic)): SUBSCRIBE/PUBLISH, which a cluster " +
+			"broadcasts to every node over its bus (cluster points only; elsewhere it is rlock.Mutex)",
+		Open: func(ctx context.Context, env OpenEnv) (LockClient, error) {
+			return openRlock(ctx, env, rlock.WithPubSub(pubsub.WithSharding(pubsub.ShardingClassic)))
+		},
+		Keys:        rlockKeys,
+		Cluster:     true,
+		ClusterOnly: true,
 	})
 	register(Contender{
 		Slug:   "semaphore",
@@ -174,19 +192,27 @@ func init() {
 		Keys: plainKey,
 	})
 	register(Contender{
-		Slug:   "spin",
-		Name:   "spin SET NX",
-		Config: fmt.Sprintf("SET NX PX 30s, retry backoff %v doubling to %v, compare-and-delete release", measure.SpinMinBackoff, measure.SpinMaxBackoff),
-		Open:   openSpin,
-		Keys:   plainKey,
+		Slug:    "spin",
+		Name:    "spin SET NX",
+		Config:  fmt.Sprintf("SET NX PX 30s, retry backoff %v doubling to %v, compare-and-delete release", measure.SpinMinBackoff, measure.SpinMaxBackoff),
+		Open:    openSpin,
+		Keys:    plainKey,
+		Cluster: true,
 	})
 }
 
 func plainKey(prefix, name string) ([]string, int) { return []string{prefix + ":" + name}, 1 }
 
-// newRueidis returns a rueidis client for addr that counts its commands.
+func rlockKeys(prefix, name string) ([]string, int) { return []string{prefix + ":{" + name + "}"}, 1 }
+
+// newRueidis returns a rueidis client for env's server, or a cluster client
+// seeded with its masters, that counts its commands.
 func newRueidis(env OpenEnv) (rueidis.Client, error) {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{env.Addr}, ForceSingleClient: true})
+	opt := rueidis.ClientOption{InitAddress: []string{env.Addr}, ForceSingleClient: true}
+	if len(env.Cluster) > 0 {
+		opt = rueidis.ClientOption{InitAddress: env.Cluster}
+	}
+	rc, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -208,12 +234,12 @@ type rlockClient struct {
 	c  *rlock.Client
 }
 
-func openRlock(_ context.Context, env OpenEnv) (LockClient, error) {
+func openRlock(_ context.Context, env OpenEnv, opts ...rlock.Option) (LockClient, error) {
 	rc, err := newRueidis(env)
 	if err != nil {
 		return nil, err
 	}
-	c, err := rlock.New(rc, rlock.WithKeyPrefix(env.Prefix))
+	c, err := rlock.New(rc, append([]rlock.Option{rlock.WithKeyPrefix(env.Prefix)}, opts...)...)
 	if err != nil {
 		rc.Close()
 		return nil, err

@@ -25,6 +25,7 @@ type Job struct {
 	Messages   int           `json:"messages,omitempty"`
 	Contender  string        `json:"contender"`
 	Addr       string        `json:"addr"`
+	Cluster    []string      `json:"cluster,omitempty"` // the masters, when the point runs on a Redis Cluster
 	Prefix     string        `json:"prefix"`
 	Worker     int           `json:"worker"`
 	Clients    int           `json:"clients"`    // lock clients opened by this worker
@@ -127,13 +128,13 @@ func openLoad(ctx context.Context, job Job) (*load, error) {
 	if l.ctrs, err = mapCounterFile(job.Counters, job.Locks); err != nil {
 		return nil, err
 	}
-	l.raw, err = newRawClient(job.Addr)
+	l.raw, err = newRawClient(job.Addr, job.Cluster)
 	if err != nil {
 		l.ctrs.close()
 		return nil, err
 	}
 	for range job.Clients {
-		lc, err := c.Open(ctx, OpenEnv{Addr: job.Addr, Prefix: job.Prefix, Requests: l.reqs})
+		lc, err := c.Open(ctx, OpenEnv{Addr: job.Addr, Cluster: job.Cluster, Prefix: job.Prefix, Requests: l.reqs})
 		if err != nil {
 			l.close()
 			return nil, fmt.Errorf("%s: open: %w", c.Slug, err)

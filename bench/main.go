@@ -12,8 +12,10 @@
 // Usage (from bench/):
 //
 //	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff-xproc,fleet,fleet-inproc,blocked]
+//	go run . -scenarios cluster   # the Redis Cluster points (cluster.go), make bench-cluster
 //
-// It writes results/results.json and results/chart.png, and exits 1 when a
+// It writes results/results.json and results/chart.png (results/cluster.json
+// alone for a run of the cluster points only), and exits 1 when a
 // contender lost a counter update, let two holders overlap, left a waiter
 // stuck on a free lock (unless listed in -known-stuck), or the bench failed.
 package main
@@ -62,6 +64,12 @@ type config struct {
 	floorMsgs   int
 	out         string
 	knownStuck  []string
+	// The cluster points (cluster.go).
+	clusterProcs    int
+	clusterG        int
+	clusterSharing  []int
+	clusterHotProcs int
+	clusterDur      time.Duration
 }
 
 func main() {
@@ -75,7 +83,7 @@ func main() {
 
 func run() int {
 	var cfg config
-	var contenders, scenarios, hotClients, holds, inprocHolds, knownStuck string
+	var contenders, scenarios, hotClients, holds, inprocHolds, knownStuck, clusterSharing string
 	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about 3 minutes); explicit flags still win")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; every contender runs every point once per round, and the report gives medians")
 	flag.DurationVar(&cfg.duration, "duration", time.Second, "how long each run starts Lock calls; waits open at the end drain")
@@ -97,7 +105,12 @@ func run() int {
 	flag.IntVar(&cfg.blockedK, "blocked-waiters", 16, "blocked scenario: waiters, each one Client with one goroutine in its own worker process")
 	flag.DurationVar(&cfg.blockedWin, "blocked-window", 1500*time.Millisecond, "blocked scenario: the measurement window while every waiter is blocked, after 2s of settling (at most 5s: redsync's lock expires after 8s)")
 	flag.IntVar(&cfg.floorMsgs, "floor-msgs", 200, "pub/sub floor probe: messages each round, one every 10-20ms")
-	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png")
+	flag.IntVar(&cfg.clusterProcs, "cluster-procs", 4, "cluster-locks points: worker processes, one Client each")
+	flag.IntVar(&cfg.clusterG, "cluster-goroutines", 256, "cluster-locks points: goroutines in all, spread evenly over the processes")
+	flag.StringVar(&clusterSharing, "cluster-sharing", "1,2", "cluster-locks points: goroutines per lock, each in another process (at most -cluster-procs): 1 = every goroutine its own lock; goroutines/sharing distinct locks")
+	flag.DurationVar(&cfg.clusterDur, "cluster-duration", 2*time.Second, "length of the cluster points' runs (longer than -duration: the machine's other load varies from one second to the next)")
+	flag.IntVar(&cfg.clusterHotProcs, "cluster-hot-procs", 8, "cluster-hot points: worker processes with one Client and one goroutine each, on one lock")
+	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png (cluster.json alone for a run of -scenarios cluster only)")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
 	flag.Bool("worker", false, "internal: serve jobs on stdin (the bench starts its workers so)")
 	flag.Parse()
@@ -126,6 +139,9 @@ func run() int {
 		if !set["floor-msgs"] {
 			cfg.floorMsgs = 100
 		}
+		if !set["cluster-duration"] {
+			cfg.clusterDur = 500 * time.Millisecond
+		}
 	}
 	var err error
 	if cfg.contenders, err = pickContenders(contenders); err == nil {
@@ -140,11 +156,21 @@ func run() int {
 	if err == nil {
 		cfg.inprocHolds, err = parseDurations(inprocHolds)
 	}
+	if err == nil {
+		cfg.clusterSharing, err = parseInts(clusterSharing)
+	}
 	cfg.knownStuck = splitList(knownStuck)
 	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
 		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1 ||
-		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1) {
-		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window and -floor-msgs must be positive")
+		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1 ||
+		cfg.clusterProcs < 1 || cfg.clusterHotProcs < 1 || cfg.clusterDur <= 0) {
+		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window, -floor-msgs, -cluster-procs, -cluster-hot-procs and -cluster-duration must be positive")
+	}
+	if err == nil && cfg.clusterG < cfg.clusterProcs {
+		err = errors.New("-cluster-goroutines must be at least -cluster-procs")
+	}
+	if err == nil && slices.ContainsFunc(cfg.clusterSharing, func(s int) bool { return s > cfg.clusterProcs || cfg.clusterG%(cfg.clusterProcs*s) != 0 }) {
+		err = errors.New("-cluster-sharing: each count s must be at most -cluster-procs, and -cluster-goroutines a multiple of -cluster-procs x s (so that the s users of a lock are in s processes)")
 	}
 	if err == nil && cfg.blockedWin > maxBlockedWindow {
 		err = fmt.Errorf("-blocked-window must be at most %v: the hold (2s settling + the window) must end before redsync's lock expires (8s)", maxBlockedWindow)
@@ -182,7 +208,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		return nil, false, err
 	}
 	defer srv.Close()
-	raw, err := newRawClient(srv.Addr())
+	raw, err := newRawClient(srv.Addr(), nil)
 	if err != nil {
 		return nil, false, err
 	}
@@ -198,11 +224,35 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 	}()
 
 	points := buildPoints(cfg)
+	if err := b.openTargets(ctx, points); err != nil {
+		return nil, false, err
+	}
+	defer func() {
+		if err := b.closeTargets(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stop clusters:", err)
+		}
+	}()
+	// The contenders, and at each point those of them that run there.
 	var cs []Contender
+	perPoint := make([][]Contender, len(points))
+	total := 0
 	for _, slug := range cfg.contenders {
 		c, _ := contenderBySlug(slug)
-		cs = append(cs, c)
+		runs := false
+		for pi, pt := range points {
+			if pt.runs(c) {
+				perPoint[pi] = append(perPoint[pi], c)
+				runs = true
+			}
+		}
+		if runs {
+			cs = append(cs, c)
+		}
 	}
+	for _, pc := range perPoint {
+		total += len(pc)
+	}
+	clusterOnly := !slices.ContainsFunc(points, func(p Point) bool { return !isClusterPoint(p) })
 	rep := newReport(cfg, points, cs)
 	rep.Server = b.serverInfo(ctx)
 	rep.Server["addr"] = srv.Addr()
@@ -211,13 +261,14 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 	} else {
 		rep.Server["source"] = "throwaway redis-server"
 	}
-	fmt.Printf("redis %s at %s (%s); %d CPUs, %s\n", rep.Server["redis_version"], srv.Addr(), rep.Server["source"], runtime.NumCPU(), runtime.Version())
+	rep.LoadAvg = append(rep.LoadAvg, loadAvg())
+	fmt.Printf("redis %s at %s (%s); %d CPUs, %s; load average %s\n", rep.Server["redis_version"], srv.Addr(), rep.Server["source"], runtime.NumCPU(), runtime.Version(), rep.LoadAvg[0])
 	rep.Module = moduleState()
 	fmt.Printf("relock %s\n", rep.Module)
-	fmt.Printf("%d rounds x %d points x %d contenders, runs of %v (many-locks %v, handoff-xproc %v, blocked window %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
-		cfg.rounds, len(points), len(cs), cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.handoffDur, cfg.blockedWin, cfg.wait, cfg.stuckAfter, cfg.drainLimit)
+	fmt.Printf("%d rounds x %d points, %d runs a round, runs of %v (many-locks %v, handoff-xproc %v, blocked window %v, cluster %v; waits bounded by %v, stuck after %v free, drain limit %v)\n\n",
+		cfg.rounds, len(points), total, cfg.duration, time.Duration(float64(cfg.duration)*cfg.manyFactor), cfg.handoffDur, cfg.blockedWin, cfg.clusterDur, cfg.wait, cfg.stuckAfter, cfg.drainLimit)
 
-	total := cfg.rounds * len(points) * len(cs)
+	total *= cfg.rounds
 	n := 0
 	start := time.Now()
 	for round := 1; round <= cfg.rounds; round++ {
@@ -226,30 +277,41 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			return nil, false, err
 		}
 		rep.Pings = append(rep.Pings, PingFloor{Round: round, P50: p50, P99: p99})
-		fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
-			}
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		// The pub/sub floors serve the hand-off points on the bench's own
+		// server; a run of cluster points only compares its points with
+		// each other.
+		if clusterOnly {
+			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; load average %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99), loadAvg())
 		} else {
-			rep.PubSub = append(rep.PubSub, fl)
-		}
-		if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true); err != nil {
-			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, false, ctx.Err()
+				}
+				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			} else {
+				rep.PubSub = append(rep.PubSub, fl)
 			}
-			fmt.Fprintf(os.Stderr, "bench: turn floor: %v\n", err)
-		} else {
-			rep.PubSub = append(rep.PubSub, tf)
+			if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true); err != nil {
+				if ctx.Err() != nil {
+					return nil, false, ctx.Err()
+				}
+				fmt.Fprintf(os.Stderr, "bench: turn floor: %v\n", err)
+			} else {
+				rep.PubSub = append(rep.PubSub, tf)
+			}
+			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; pub/sub floor p50 %s, p99 %s (%d messages, %d lost; PUBLISH round trip p50 %s, p99 %s)\n",
+				round, cfg.rounds, fmtMs(p50), fmtMs(p99), fmtMs(fl.P50), fmtMs(fl.P99), fl.Sent, fl.Lost, fmtMs(fl.PublishP50), fmtMs(fl.PublishP99))
 		}
-		fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; pub/sub floor p50 %s, p99 %s (%d messages, %d lost; PUBLISH round trip p50 %s, p99 %s)\n",
-			round, cfg.rounds, fmtMs(p50), fmtMs(p99), fmtMs(fl.P50), fmtMs(fl.P99), fl.Sent, fl.Lost, fmtMs(fl.PublishP50), fmtMs(fl.PublishP99))
 		for pi, pt := range points {
 			// Rotate the order every point and round, so that no contender
 			// always runs first (cold) or right after a heavy one.
-			k := (round - 1 + pi) % len(cs)
-			order := append(slices.Clone(cs[k:]), cs[:k]...)
+			pcs := perPoint[pi]
+			if len(pcs) == 0 {
+				continue
+			}
+			k := (round - 1 + pi) % len(pcs)
+			order := append(slices.Clone(pcs[k:]), pcs[:k]...)
 			for _, c := range order {
 				n++
 				r, err := b.runPoint(ctx, pt, c, round)
@@ -266,29 +328,56 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 						n, total, time.Since(start).Seconds(), pt.Label, c.Name, b.CmdPerWaiterS, b.PingPerWaiterS, r.verdict())
 					continue
 				}
-				fmt.Printf("[%3d/%d %5.0fs] %-22s %-17s %8.0f acq/s  wait p99 %8s  %5.1f req/acq  %s\n",
-					n, total, time.Since(start).Seconds(), pt.Label, c.Name, r.PerSecond, fmtMs(r.WaitP99), r.RequestsPerAcq, r.verdict())
+				bus := ""
+				if r.BusCounted {
+					bus = fmt.Sprintf("  bus publish %.2f + publishshard %.2f /acq", r.BusPublishPerAcq, r.BusPublishShPerAcq)
+				}
+				fmt.Printf("[%3d/%d %5.0fs] %-22s %-17s %8.0f acq/s  wait p99 %8s  %5.1f req/acq  %s%s\n",
+					n, total, time.Since(start).Seconds(), pt.Label, c.Name, r.PerSecond, fmtMs(r.WaitP99), r.RequestsPerAcq, r.verdict(), bus)
 			}
 		}
 	}
 	rep.finish()
 	rep.Elapsed = time.Since(start).Seconds()
+	rep.LoadAvg = append(rep.LoadAvg, loadAvg())
 
 	fmt.Println()
 	rep.printTable(os.Stdout)
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return rep, true, err
 	}
+	// A run of the cluster points alone keeps the main run's results.
 	jsonPath, pngPath := filepath.Join(cfg.out, "results.json"), filepath.Join(cfg.out, "chart.png")
+	if clusterOnly {
+		jsonPath, pngPath = filepath.Join(cfg.out, "cluster.json"), ""
+	}
 	if err := rep.writeJSON(jsonPath); err != nil {
 		return rep, true, err
 	}
-	if err := rep.writeChart(pngPath); err != nil {
-		return rep, true, err
+	if pngPath != "" {
+		if err := rep.writeChart(pngPath); err != nil {
+			return rep, true, err
+		}
+		fmt.Printf("\nwrote %s and %s (%.0fs; load average at the end %s)\n", jsonPath, pngPath, rep.Elapsed, loadAvg())
+	} else {
+		fmt.Printf("\nwrote %s (%.0fs; load average at the end %s)\n", jsonPath, rep.Elapsed, loadAvg())
 	}
-	fmt.Printf("\nwrote %s and %s (%.0fs)\n", jsonPath, pngPath, rep.Elapsed)
 	failed := rep.printFindings(os.Stdout)
 	return rep, failed, nil
+}
+
+// loadAvg returns the 1, 5 and 15-minute load averages of the machine
+// (/proc/loadavg), the other work the figures were measured beside.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // openRedis returns the server named by REDIS_ADDR (shared is true then), or
@@ -313,7 +402,7 @@ func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err err
 // the default run under 14 minutes: fleet-inproc and handoff-xproc cover
 // hand-offs between Clients in one process and between processes).
 var (
-	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
+	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked", "cluster"}
 	defaultScenarios = []string{"hot", "many", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
 )
 
@@ -346,6 +435,9 @@ func buildPoints(cfg config) []Point {
 		case "blocked":
 			pts = append(pts, Point{Scenario: sc, Label: fmt.Sprintf("blocked %dp/%dg %v", cfg.blockedK, cfg.blockedK, cfg.blockedWin),
 				Workers: cfg.blockedK, ClientsPerWorker: 1, Goroutines: cfg.blockedK, Locks: 1, Window: cfg.blockedWin})
+			continue
+		case "cluster":
+			pts = append(pts, clusterPoints(cfg)...)
 			continue
 		}
 		holds := cfg.holds

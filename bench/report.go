@@ -27,6 +27,9 @@ type Report struct {
 	PubSub     []PubSubFloor     `json:"pubsub_floor"`
 	Points     []PointReport     `json:"points"`
 	Figures    map[string]string `json:"figures"` // what each figure means
+	// LoadAvg is the machine's load average (1, 5, 15 minutes) at the start
+	// and at the end of the run: the other work the figures ran beside.
+	LoadAvg []string `json:"load_average"`
 }
 
 // ContenderInfo describes a contender in the report.
@@ -67,6 +70,9 @@ var figures = map[string]string{
 	"handoff_between_clients":  "the hand-offs whose next holder used another lock client than the previous holder (for rlock: through Redis, not a local pass); between processes where every client is its own process (hot, fleet, handoff-xproc), within one process in fleet-inproc and handoff",
 	"pubsub_messages_per_acq":  "pub/sub messages received by the contender's clients (every process, every client) per acquisition, from the rlock Client's multiplexer stats (PubSubStats().Messages); rlock and semaphore only, when the library exposes the counter",
 	"pubsub_floor":             "bare rueidis pub/sub: PUBLISH call start in the bench process to receipt in a worker process (dedicated connection, SUBSCRIBE, as rlock's multiplexer), one message every 10-20ms (uniform), CLOCK_MONOTONIC; p50/p99 per round",
+	"bus_publish_per_acq":      "cluster points: publish messages the cluster's nodes sent each other over the cluster bus (CLUSTER INFO cluster_stats_messages_publish_sent delta, summed over the nodes) per acquisition; classic PUBLISH is broadcast to every other node, sharded SPUBLISH is not",
+	"bus_publishshard_per_acq": "cluster points: the same for cluster_stats_messages_publishshard_sent (SPUBLISH forwarded to the replicas of the shard; the bench's clusters have none)",
+	"busiest_node_cpu_share":   "INFO used_cpu_user+used_cpu_sys delta of the busiest node (of the point's server or cluster) over the wall time of the run: near 1, that Redis process is the bottleneck",
 	"blocked":                  "K waiters (one client, one goroutine, one worker process each) blocked on a lock that a client of the same contender in the bench process holds; INFO commandstats delta over the window per waiter per second, PING apart from all other commands; the holder's commands count too (1 of K+1 clients)",
 }
 
@@ -80,6 +86,7 @@ func newReport(cfg config, points []Point, cs []Contender) *Report {
 			"stuck_after": cfg.stuckAfter.String(), "drain_limit": cfg.drainLimit.String(), "pings": cfg.pings,
 			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "holds": fmt.Sprint(cfg.holds), "fleet_inproc_holds": fmt.Sprint(cfg.inprocHolds), "handoff_duration": cfg.handoffDur.String(),
 			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs,
+			"cluster_procs": cfg.clusterProcs, "cluster_goroutines": cfg.clusterG, "cluster_sharing": fmt.Sprint(cfg.clusterSharing), "cluster_hot_procs": cfg.clusterHotProcs, "cluster_duration": cfg.clusterDur.String(),
 		},
 		Figures: figures,
 	}
@@ -339,6 +346,7 @@ func (r *Report) printFindings(w io.Writer) bool {
 	r.printVersus(w)
 	r.printFloorComparison(w)
 	r.printIssueSummary(w)
+	r.printClusterSummary(w)
 	r.printLosses(w)
 	return failed
 }

@@ -24,6 +24,9 @@ type bench struct {
 	prefix string // of every key of this bench run
 	cfg    config
 	seq    int
+	// targets are the Redis servers points run on, by Point.Target: the
+	// bench's own (addr, raw) under "", and the clusters it started.
+	targets map[string]*target
 }
 
 // newRawClient returns an uncounted client for the bench's own commands
@@ -31,8 +34,12 @@ type bench struct {
 // PINGs a connection idle for Dialer.KeepAlive (1s by default), and the
 // bench's idle connections would add their PINGs to the server-side counts of
 // every run (one per worker process per second) and to the blocked point's.
-func newRawClient(addr string) (rueidis.Client, error) {
+// With cluster (the masters of a Redis Cluster) it is a cluster client.
+func newRawClient(addr string, cluster []string) (rueidis.Client, error) {
 	opt := rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true, ClientName: benchClientName}
+	if len(cluster) > 0 {
+		opt.InitAddress, opt.ForceSingleClient = cluster, false
+	}
 	opt.Dialer.KeepAlive = -1 // no background PING (and no TCP keep-alive: loopback)
 	return rueidis.NewClient(opt)
 }
@@ -57,22 +64,29 @@ func (b *bench) contenderConns(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// snapshot is INFO commandstats and cpu at one moment.
+// snapshot is INFO commandstats and cpu at one moment, summed over the
+// nodes of a target (one for a standalone server), and on a cluster the
+// publish messages its nodes sent over the cluster bus.
 type snapshot struct {
 	commands map[string]int64
-	cpu      float64
+	cpu      float64   // seconds, all nodes
+	nodeCPU  []float64 // seconds, node by node
+	bus      map[string]int64
+	at       int64 // mono, when taken
 }
 
 func (b *bench) info(ctx context.Context, sections ...string) (string, error) {
 	return b.raw.Do(ctx, b.raw.B().Info().Section(sections...).Build()).ToString()
 }
 
+// snapshot reads the bench's own server.
 func (b *bench) snapshot(ctx context.Context) (snapshot, error) {
-	text, err := b.info(ctx, "commandstats", "cpu")
-	if err != nil {
-		return snapshot{}, fmt.Errorf("INFO: %w", err)
-	}
-	s := snapshot{commands: map[string]int64{}}
+	return b.targets[""].snapshot(ctx)
+}
+
+// addInfo adds one node's INFO commandstats and cpu text to s.
+func (s *snapshot) addInfo(text string) error {
+	cpu := 0.0
 	for line := range strings.Lines(text) {
 		line = strings.TrimSpace(line)
 		name, fields, ok := strings.Cut(line, ":")
@@ -85,27 +99,37 @@ func (b *bench) snapshot(ctx context.Context) (snapshot, error) {
 				if v, ok := strings.CutPrefix(field, "calls="); ok {
 					n, err := strconv.ParseInt(v, 10, 64)
 					if err != nil {
-						return s, fmt.Errorf("INFO commandstats line %q: %w", line, err)
+						return fmt.Errorf("INFO commandstats line %q: %w", line, err)
 					}
-					s.commands[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = n
+					s.commands[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] += n
 				}
 			}
 		case name == "used_cpu_user" || name == "used_cpu_sys":
 			v, err := strconv.ParseFloat(fields, 64)
 			if err != nil {
-				return s, fmt.Errorf("INFO cpu line %q: %w", line, err)
+				return fmt.Errorf("INFO cpu line %q: %w", line, err)
 			}
-			s.cpu += v
+			cpu += v
 		}
 	}
-	return s, nil
+	s.cpu += cpu
+	s.nodeCPU = append(s.nodeCPU, cpu)
+	return nil
 }
 
 func delta(before, after snapshot) serverDelta {
-	d := serverDelta{commands: map[string]int64{}, cpu: after.cpu - before.cpu}
+	d := serverDelta{commands: map[string]int64{}, cpu: after.cpu - before.cpu, bus: map[string]int64{}, counted: after.bus != nil}
 	for name, n := range after.commands {
 		if x := n - before.commands[name]; x > 0 {
 			d.commands[name] = x
+		}
+	}
+	for name, n := range after.bus {
+		d.bus[name] = n - before.bus[name]
+	}
+	if wall := float64(after.at-before.at) / 1e9; wall > 0 && len(before.nodeCPU) == len(after.nodeCPU) {
+		for i := range after.nodeCPU {
+			d.busiestCPU = max(d.busiestCPU, (after.nodeCPU[i]-before.nodeCPU[i])/wall)
 		}
 	}
 	return d
@@ -133,6 +157,10 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 	if pt.Scenario == "blocked" {
 		return b.runBlocked(ctx, pt, c, round)
 	}
+	tg := b.targets[pt.Target]
+	if tg == nil {
+		return Result{}, fmt.Errorf("%s: target %q not started", pt.Label, pt.Target)
+	}
 	began := time.Now()
 	b.seq++
 	prefix := fmt.Sprintf("%s:%d:%s", b.prefix, b.seq, c.Slug)
@@ -157,7 +185,8 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 	for i, w := range ws {
 		job := Job{
 			Contender:  c.Slug,
-			Addr:       b.addr,
+			Addr:       tg.addr,
+			Cluster:    tg.seeds,
 			Prefix:     prefix,
 			Worker:     i,
 			Clients:    pt.ClientsPerWorker,
@@ -179,7 +208,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 	if err := recvAll(ctx, ws, "ready", time.Minute); err != nil {
 		return fail(err)
 	}
-	before, err := b.snapshot(ctx)
+	before, err := tg.snapshot(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -198,7 +227,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 	if err != nil {
 		return fail(err)
 	}
-	after, err := b.snapshot(ctx)
+	after, err := tg.snapshot(ctx)
 	if err != nil {
 		return fail(err)
 	}

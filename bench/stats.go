@@ -24,6 +24,20 @@ type Point struct {
 	// Window is the measurement window of the blocked point: every waiter
 	// is blocked in Lock on a lock held by the bench for this long.
 	Window time.Duration `json:"window_ns,omitempty"`
+	// Target is the Redis the point runs on: "" the bench's own server, or
+	// a cluster the bench started (see cluster.go).
+	Target string `json:"target,omitempty"`
+	// Contenders, when set, are the only contenders that run at the point;
+	// otherwise every contender but the ClusterOnly ones does.
+	Contenders []string `json:"contenders,omitempty"`
+}
+
+// runs tells whether contender c runs at the point.
+func (p Point) runs(c Contender) bool {
+	if p.Contenders != nil {
+		return slices.Contains(p.Contenders, c.Slug)
+	}
+	return !c.ClusterOnly
 }
 
 // Config names the point's configuration in words: how many processes,
@@ -40,6 +54,9 @@ func (p Point) Config() string {
 		s += "; every Client its own process: x-client hand-offs cross processes"
 	case p.Workers == 1:
 		s += "; all Clients in one process: x-client hand-offs stay in it"
+	}
+	if isClusterPoint(p) {
+		s += "; on " + describeTarget(p.Target)
 	}
 	return s
 }
@@ -113,6 +130,21 @@ type Result struct {
 	// everything else.
 	Blocked *BlockedCost `json:"blocked,omitempty"`
 
+	// A point on a Redis Cluster: the publish messages its nodes sent each
+	// other over the cluster bus during the run (CLUSTER INFO
+	// cluster_stats_messages_publish_sent, summed over the nodes; classic
+	// PUBLISH is broadcast to every other node), and the publishshard ones
+	// (SPUBLISH, sent to the replicas of the shard only), in all and per
+	// acquisition. BusCounted is false elsewhere.
+	BusCounted          bool    `json:"bus_counted,omitempty"`
+	BusPublish          int64   `json:"bus_publish_sent,omitempty"`
+	BusPublishShard     int64   `json:"bus_publishshard_sent,omitempty"`
+	BusPublishPerAcq    float64 `json:"bus_publish_per_acq,omitempty"`
+	BusPublishShPerAcq  float64 `json:"bus_publishshard_per_acq,omitempty"`
+	PublishPerAcq       float64 `json:"publish_per_acq,omitempty"`  // PUBLISH commands Redis ran (Lua's included), per acquisition
+	SPublishPerAcq      float64 `json:"spublish_per_acq,omitempty"` // SPUBLISH commands, the same
+	BusiestNodeCPUShare float64 `json:"busiest_node_cpu_share,omitempty"`
+
 	Lost     int64  `json:"counter_lost_updates"` // |expected - actual|, summed over the counters
 	Overlaps int64  `json:"overlapping_holds"`    // acquisitions while the previous holder had not yet started to release
 	Stuck    int    `json:"stuck_waiters"`
@@ -145,6 +177,13 @@ type BlockedCost struct {
 type serverDelta struct {
 	commands map[string]int64
 	cpu      float64 // seconds
+	// bus is the cluster bus's publish messages by type (busPublish,
+	// busPublishShard), counted only on a cluster.
+	bus     map[string]int64
+	counted bool
+	// busiestCPU is the CPU time of the busiest node over the wall time
+	// between the snapshots: near 1, that node is the bottleneck.
+	busiestCPU float64
 }
 
 // aggregate turns the workers' results into a Result.
@@ -282,7 +321,7 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	for name, n := range d.commands {
 		n -= probes[name] // the monitor's probes
 		switch name {
-		case "info": // the bench's own snapshots
+		case "info", "cluster|info": // the bench's own snapshots
 			continue
 		}
 		if n > 0 {
@@ -297,6 +336,17 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 		r.CPUPer1k = d.cpu * 1000 / a * 1000
 		if r.MessagesCounted {
 			r.MessagesPerAcq = float64(r.Messages) / a
+		}
+		r.PublishPerAcq = float64(r.Commands["publish"]) / a
+		r.SPublishPerAcq = float64(r.Commands["spublish"]) / a
+	}
+	r.BusiestNodeCPUShare = d.busiestCPU
+	if d.counted {
+		r.BusCounted = true
+		r.BusPublish, r.BusPublishShard = d.bus[busPublish], d.bus[busPublishShard]
+		if r.Acquisitions > 0 {
+			r.BusPublishPerAcq = float64(r.BusPublish) / float64(r.Acquisitions)
+			r.BusPublishShPerAcq = float64(r.BusPublishShard) / float64(r.Acquisitions)
 		}
 	}
 	if !r.MessagesCounted {
@@ -391,6 +441,19 @@ func median(rs []Result) Result {
 	m.CommandsPerAcq = med(func(r Result) float64 { return r.CommandsPerAcq })
 	m.CPUPer1k = med(func(r Result) float64 { return r.CPUPer1k })
 	m.Seconds = med(func(r Result) float64 { return r.Seconds })
+	m.PublishPerAcq = med(func(r Result) float64 { return r.PublishPerAcq })
+	m.SPublishPerAcq = med(func(r Result) float64 { return r.SPublishPerAcq })
+	m.BusiestNodeCPUShare = med(func(r Result) float64 { return r.BusiestNodeCPUShare })
+	m.BusCounted = true
+	for _, r := range rs {
+		m.BusCounted = m.BusCounted && r.BusCounted
+	}
+	if m.BusCounted {
+		m.BusPublish = int64(med(func(r Result) float64 { return float64(r.BusPublish) }))
+		m.BusPublishShard = int64(med(func(r Result) float64 { return float64(r.BusPublishShard) }))
+		m.BusPublishPerAcq = med(func(r Result) float64 { return r.BusPublishPerAcq })
+		m.BusPublishShPerAcq = med(func(r Result) float64 { return r.BusPublishShPerAcq })
+	}
 	for _, r := range rs {
 		m.Lost += r.Lost
 		m.Overlaps += r.Overlaps

@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
 // The comparisons printed after the tables. A peer is any contender but
-// relock's own (rlock and the semaphore); a peer that failed at a point
+// relock's own (rlock, the semaphore, rlock-classic); a peer that failed at a point
 // (stuck waiters, errors, broken exclusion) or acquired nothing is left out
 // there.
 
@@ -21,7 +22,9 @@ const (
 	minHandoffSamples = 20
 )
 
-func isOwn(slug string) bool { return slug == "rlock" || slug == "semaphore" }
+func isOwn(slug string) bool {
+	return slug == "rlock" || slug == "semaphore" || slug == "rlock-classic"
+}
 
 // pointView is a point's medians sorted out for the comparisons.
 type pointView struct {
@@ -153,7 +156,6 @@ func (r *Report) printFloorComparison(w io.Writer) {
 
 // printIssueSummary prints the figures issue #10 is stated against.
 func (r *Report) printIssueSummary(w io.Writer) {
-	fmt.Fprintln(w, "\nSummary (issue #10; medians over the rounds; best peer = fastest peer that did not fail there, cheapest = least Redis CPU per acquisition):")
 	rows := [][]string{{"point", "rlock acq/s", "best peer", "acq/s", "rlock x", "sem x", "rlock jain", "cmd/acq rlock", "fewest peer", "cpu/1k rlock", "cheapest peer"}}
 	for _, p := range r.Points {
 		if p.Scenario != "fleet" && p.Scenario != "fleet-inproc" && p.Scenario != "handoff-xproc" {
@@ -173,6 +175,9 @@ func (r *Report) printIssueSummary(w io.Writer) {
 			fmt.Sprintf("%.1f", v.mine.CommandsPerAcq), fmt.Sprintf("%.1f %s", v.fewestCm.CommandsPerAcq, r.name(v.fewestCm.Contender)),
 			fmt.Sprintf("%.0f", v.mine.CPUPer1k), fmt.Sprintf("%.0f %s", v.cheapestCPU.CPUPer1k, r.name(v.cheapestCPU.Contender)),
 		})
+	}
+	if len(rows) > 1 || slices.ContainsFunc(r.Points, func(p PointReport) bool { return p.Scenario == "handoff-xproc" || p.Scenario == "blocked" }) {
+		fmt.Fprintln(w, "\nSummary (issue #10; medians over the rounds; best peer = fastest peer that did not fail there, cheapest = least Redis CPU per acquisition):")
 	}
 	if len(rows) > 1 {
 		printRows(w, rows)
