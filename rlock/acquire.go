@@ -286,11 +286,11 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
 			a.queuedAt, a.queuedFence = t, r.fence
-			// Re-check often enough to keep our place in the queue, which
-			// lapses two watchdog timeouts after the last check. (Behind a
+			// Re-check at least as often as the script was told (see
+			// recheckCap), which keeps our place in the queue. (Behind a
 			// renewed hold the holder's lease bounds it sooner: a blocked
 			// waiter costs about one script call per 20-30s.)
-			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
+			retry = min(retry, recheckCap(c))
 			a.recheckBy = time.Now().Add(retry)
 		}
 		return false, retry, nil

@@ -2,6 +2,8 @@ package rlock_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,9 +17,11 @@ import (
 // Hand-offs are addressed: with one waiting goroutine in each of several
 // Clients, every hand-off is delivered to the one Client it is for, and the
 // notice that the claim window of that grant runs (see WithClaimWindow) to
-// the one Client queued next, so the messages received in all Clients
-// together are one per hand-off plus one per hand-off with a waiter behind
-// it, whatever the number of Clients waiting.
+// the one Client queued next (each of these waiters queued behind the first
+// holder's long lease, so each would re-check too late otherwise), so the
+// messages received in all Clients together are one per hand-off plus one
+// per hand-off with a waiter behind it, whatever the number of Clients
+// waiting (see TestOneMessagePerHandOffInSteadyState for the usual case).
 func TestHandOffReachesOnlyItsClient(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "addressed"
@@ -112,4 +116,68 @@ func TestDeadWaiterAtHeadIsSkipped(t *testing.T) {
 		t.Fatal("the waiter behind a dead one did not get the lock within 10s")
 	}
 	t.Logf("next waiter served %v after the unlock", time.Since(start))
+}
+
+// Workers taking turns through Redis (linger 0: every hold a hand-off between
+// Clients) queue behind holds granted for a claim window, so no waiter plans a
+// re-check beyond the window and no hand-off needs the notice to the next
+// waiter: once the first holder's long lease is out of the queue, every
+// hand-off costs one delivered message, whatever the number of Clients.
+func TestOneMessagePerHandOffInSteadyState(t *testing.T) {
+	e := ftNewEnv(t)
+	const name, workers = "steady", 4
+	var clients []*rlock.Client
+	for range workers {
+		clients = append(clients, e.client(rlock.WithLinger(0)))
+	}
+	e.warmUp(clients...)
+	var acquisitions atomic.Int64
+	received := func() (n int64) {
+		for _, c := range clients {
+			n += c.PubSubStats().Messages
+		}
+		return n
+	}
+	warm := time.Now().Add(500 * time.Millisecond)
+	stop := warm.Add(time.Second)
+	type snap struct{ acq, msg int64 }
+	at := make(chan snap, 1)
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex(name)
+			for time.Now().Before(stop) {
+				l, err := m.Lock(e.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if time.Now().After(warm) {
+					once.Do(func() { at <- snap{acquisitions.Load(), received()} })
+				}
+				acquisitions.Add(1)
+				time.Sleep(200 * time.Microsecond) // the critical section
+				if err := m.Unlock(l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	s := <-at
+	acq, msg := acquisitions.Load()-s.acq, received()-s.msg
+	t.Logf("after warm-up: %d acquisitions, %d messages delivered", acq, msg)
+	if acq < 50 {
+		t.Fatalf("only %d acquisitions in a second", acq)
+	}
+	if msg > acq+workers {
+		t.Fatalf("%d messages for %d acquisitions: hand-offs cost more than one message each", msg, acq)
+	}
 }

@@ -120,7 +120,14 @@ func parseGrant(data, secret string) (g grant, ok bool) {
 	return grant{first: first, last: last, left: left}, true
 }
 
-// waiterLease is how long a queued waiter keeps its place without re-checking.
+// recheckCap is the longest a queued waiter waits before re-checking: sooner
+// than the holder's lease end only behind a lock with no expiry or a long one.
+// Redis keeps its place for a grace period past the re-check it planned (see
+// mutex_lib.lua).
+func recheckCap(c *core.Client) time.Duration { return c.Cfg.WatchdogTimeout * 4 / 5 }
+
+// waiterLease is how long a queued RWMutex waiter keeps its place without
+// re-checking.
 func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
 
 // acquireArgs is one call of acquire.lua.
@@ -145,7 +152,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 		latch = k.latch(a.reentry)
 	}
 	keys := []string{k.lock, k.fence, k.tombstone(a.owner), k.queue, k.waiters, k.seq, latch}
-	args := []string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)), publishCommand(ctx, c), k.channel,
+	args := []string{a.owner, ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(recheckCap(c)), publishCommand(ctx, c), k.channel,
 		block, tokenBlockArg, a.secret, latchLifetime(c), k.grantPrefix, ms(c.Cfg.ClaimWindow)}
 	if c.Cfg.ReplicaAck > 0 {
 		// WithReplicaAck: a re-entry (whose hold the watchdog keeps) may
@@ -219,7 +226,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 	}
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
-			entry, ms(waiterLease(c)), tombstone, k.grantPrefix, flag(next.reserved)}).AsIntSlice()
+			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(next.reserved)}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}

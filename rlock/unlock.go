@@ -157,7 +157,7 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 			retry = 0
 		}
 		p := &promotion{w: w, owner: place.owner, secret: place.secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
-			retryIn: min(retry, wd*4/5)}
+			retryIn: min(retry, recheckCap(m.c))}
 		if !m.t.promote(m, h, next, p) {
 			w.Leave(true)
 			abandon(m.c, m.keys, place.owner, place.secret, wd, false)

@@ -15,8 +15,9 @@
 --          queued waiter is handed the lock with)
 -- ARGV[3]  "1" to re-enter an existing hold, "0" for a first acquisition
 -- ARGV[4]  "1" to join (or stay in) the queue when not acquired, "0" not to
--- ARGV[5]  waiter lease in milliseconds: how long a queued waiter keeps its
---          place without re-checking
+-- ARGV[5]  the longest a queued waiter waits before re-checking (ms; it
+--          re-checks sooner when the holder's lease ends sooner): its place
+--          lapses mutex_place_grace after that
 -- ARGV[6]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[7]  unlock channel
 -- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
@@ -103,6 +104,10 @@ else
   end
 end
 if ARGV[4] == '1' then
-  mutex_enqueue(queue, waiters, KEYS[6], entry, ARGV[5])
+  local recheck = tonumber(ARGV[5])
+  if wait >= 0 then
+    recheck = math.min(wait, recheck)
+  end
+  mutex_enqueue(queue, waiters, KEYS[6], entry, recheck)
 end
 return {0, wait, tonumber(redis.call('GET', fence) or '0')}

@@ -3,8 +3,10 @@
 --
 -- The waiter queue of a lock, used by every script that includes this file:
 --   queue zset:     entry -> arrival number (FIFO order)
---   waiters zset:   entry -> deadline (server time, ms); a waiter that stops
---                   re-checking loses its place when it passes
+--   waiters zset:   entry -> deadline (server time, ms): the time by which the
+--                   waiter said it re-checks at the latest, plus
+--                   mutex_place_grace; a waiter that stops re-checking loses
+--                   its place when it passes
 --   seq key:        arrival counter
 -- An entry is owner field .. '/' .. lease .. '/' .. claim .. '/' .. secret:
 -- the lease (ms) the waiter asked for, its claim window (ms): how long the
@@ -88,6 +90,10 @@ local function mutex_entry(owner, lease, claim, secret)
   return owner .. '/' .. lease .. '/' .. claim .. '/' .. secret
 end
 
+-- How long past its planned re-check a waiter keeps its place (ms): the
+-- waiters zset stores both at once (see the top of this file).
+local mutex_place_grace = 30000
+
 -- Forgets waiters whose deadline passed (their process stopped re-checking).
 local function mutex_purge(queue, waiters, now)
   local gone = redis.call('ZRANGEBYSCORE', waiters, '-inf', now, 'LIMIT', 0, 1000)
@@ -102,10 +108,11 @@ local function mutex_dequeue(queue, waiters, entry)
   redis.call('ZREM', waiters, entry)
 end
 
--- Joins the queue (or stays in it) and pushes the place's deadline back.
-local function mutex_enqueue(queue, waiters, seq, entry, wlease)
+-- Joins the queue (or stays in it); recheck is the most milliseconds from now
+-- after which the waiter re-checks (see the waiters zset).
+local function mutex_enqueue(queue, waiters, seq, entry, recheck)
   redis.call('ZADD', queue, 'NX', redis.call('INCR', seq), entry)
-  redis.call('ZADD', waiters, now_ms() + tonumber(wlease), entry)
+  redis.call('ZADD', waiters, now_ms() + recheck + mutex_place_grace, entry)
 end
 
 -- Returns the entry at the head of the queue, after forgetting lapsed
@@ -143,7 +150,9 @@ end
 -- connection open (PUBLISH counts it as a receiver) holds the queue up for
 -- the claim window only. The waiter queued next is then told '@' .. owner ..
 -- ' ~' .. ms, so that it re-checks when the claim lapses instead of when the
--- lease it last saw would have.
+-- lease it last saw would have; only when it planned to re-check later than
+-- that (it queued behind a long lease), so that a hand-off costs one message
+-- where waiters queue behind claimed hand-offs (workers taking turns).
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
 -- no one waits, or -1) and the last fencing token reserved (0 when none was).
 local function mutex_handoff(lock, fence, queue, waiters, publish, channel, grants, message, self, block, head)
@@ -171,9 +180,12 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       local heard = lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       if heard > 0 then
         if ttl < tonumber(lease) and left > 0 then
-          local nxt = string.match(redis.call('ZRANGE', queue, 0, 0)[1] or '', '^(.+)/%d+/%d+/%x+$')
-          if nxt then
+          local entry = redis.call('ZRANGE', queue, 0, 0)[1] or ''
+          local nxt = string.match(entry, '^(.+)/%d+/%d+/%x+$')
+          local by = now_ms() + ttl + mutex_place_grace
+          if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by then
             lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
+            redis.call('ZADD', waiters, 'XX', by, entry)
           end
         end
         return ttl, last

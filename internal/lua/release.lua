@@ -29,7 +29,8 @@
 -- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
 -- ARGV[8]  successor's queue entry (owner field '/' lease ms '/' claim ms '/'
 --          secret, see mutex_lib.lua), or '' for none
--- ARGV[9]  successor's waiter lease in milliseconds (see mutex_enqueue)
+-- ARGV[9]  the longest the successor waits before re-checking (ms; see
+--          acquire.lua's ARGV[5]); sooner when the lock is granted for less
 -- ARGV[10] tombstone lifetime in milliseconds, or '0': when an acquisition
 --          attempt of this owner field may still run late (its reply was
 --          lost), freeing the field leaves a tombstone so that it is refused
@@ -99,8 +100,11 @@ else
     redis.call('DEL', lock)
     -- Queued before the hand-off, so that the grant counts it among the
     -- waiters behind the new holder (which then knows to take turns).
-    mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], ARGV[9])
+    mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], tonumber(ARGV[9]))
     local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
+    -- The successor re-checks when the grant lapses (at once when none was
+    -- made), as the reply tells its Client.
+    redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_place_grace, ARGV[8])
     if last == 0 then
       last = tonumber(redis.call('GET', fence) or '0')
     end
