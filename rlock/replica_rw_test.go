@@ -187,8 +187,8 @@ func TestReplicaAckRWMutex(t *testing.T) {
 // acquisition fails with ErrNotReplicated and leaves nothing held: first
 // acquisitions (read and write, blocking or not), re-entries (the hold count
 // stays as it was), a downgrade, and a lock granted by a release. With
-// WithReplicaAckRetry, RLock and Lock wait and succeed once the replica is
-// back.
+// WithReplicaAckRetry, RLock, Lock and a downgrade wait and succeed once the
+// replica is back.
 func TestReplicaAckRWMutexNotReplicated(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -330,5 +330,45 @@ func TestReplicaAckRWMutexNotReplicated(t *testing.T) {
 		if !write {
 			resume = pauseReplica(t, replica)
 		}
+	}
+
+	// A downgrade with the retry policy repeats WAIT until the replica is
+	// back.
+	rw := retrying.RWMutex("ack-rw-retry")
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume = pauseReplica(t, replica)
+	before := waitCalls(t, master)
+	go func() {
+		r, err := rw.RLock(w)
+		if err == nil {
+			err = rw.RUnlock(r)
+		}
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the retrying downgrade never waited twice", func() bool {
+		return waitCalls(t, master) >= before+2
+	})
+	select {
+	case err := <-got:
+		t.Fatalf("the retrying downgrade returned while the replica was away: %v", err)
+	default:
+	}
+	resume()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the retrying downgrade did not succeed within 5s of the replica's return")
+	}
+	if err := rw.Unlock(w); err != nil {
+		t.Fatal(err)
+	}
+	if held("ack-rw-retry") {
+		t.Fatal("the downgrade left a hold after its unlocks")
 	}
 }
