@@ -34,7 +34,9 @@ func init() {
 // connections. The caller still owns rc and closes it after the Client.
 //
 // New makes one round trip, bounded by WithProbeTimeout (1s): a probe of the
-// Redis user's rights (see WithProbe). It fails with an error matching
+// Redis user's rights (see WithProbe). (Two on a cluster client whose
+// multiplexer decides between classic and sharded pub/sub by the server's
+// version, pubsub.ShardingAuto: it asks first, as the first lock would.) It fails with an error matching
 // ErrPermission, naming the commands, when the user may not run what the locks
 // need; an unreachable Redis does not fail New.
 func New(rc rueidis.Client, opts ...Option) (*Client, error) {
@@ -55,7 +57,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	// Options are all checked: only now ask Redis.
-	if err := cfg.probeRights(rc); err != nil {
+	if err := cfg.probeRights(c); err != nil {
 		c.Close()
 		return nil, err
 	}

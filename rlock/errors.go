@@ -56,12 +56,13 @@ var (
 	ErrNoQuorum = errors.New("rlock: no quorum")
 	// ErrNotReplicated reports, with WithReplicaAck, an acquisition (or
 	// re-entry) that fewer replicas than asked acknowledged within the
-	// timeout. It was undone before the error was returned: the lock is not
+	// timeout (for a quorum lock: a round that had a majority only counting
+	// such votes). It was undone before the error was returned: the lock is not
 	// held by the call (a re-entry leaves the outer hold as it was). When the
 	// undo could not be confirmed, the error says so: an acquisition is then
 	// given back in the background (and expires with its lease at the
 	// latest), and a re-entry's whole hold is given up (ErrAbandoned).
-	ErrNotReplicated = errors.New("rlock: not acknowledged by enough replicas")
+	ErrNotReplicated = core.ErrNotReplicated
 )
 
 // AbandonError is the error of an Unlock or re-entry that gave its hold up:

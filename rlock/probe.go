@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relockio/relock/internal/core"
 )
 
@@ -31,7 +29,11 @@ const (
 // with redis.acl_check_cmd, whether the client's ACL user may run every
 // command the locks and semaphores run (EVALSHA, EVAL, PEXPIRE, HSET, DEL,
 // PUBLISH, SUBSCRIBE...) on keys and channels under the key prefix (those of
-// a lock named "probe"); it runs none of them and touches no key. New then
+// a lock named "probe"); it runs none of them and touches no key. The pub/sub
+// commands checked are those the Client's multiplexer uses: SPUBLISH,
+// SSUBSCRIBE and SUNSUBSCRIBE when it is sharded (see pubsub.WithSharding; on
+// a Redis 7 cluster by default), else PUBLISH, SUBSCRIBE and UNSUBSCRIBE;
+// with WithReplicaAck, WAIT is checked too. New then
 // fails with an error matching ErrPermission that names the denied commands,
 // instead of scripts failing halfway later with only "@user_script:N".
 //
@@ -51,15 +53,21 @@ func WithProbeTimeout(d time.Duration) Option {
 	return func(c *config) { c.probeTimeout = d }
 }
 
-// probeRights runs the permission probe for New: an error matching ErrPermission
-// when the user is denied something, else nil.
-func (c *config) probeRights(rc rueidis.Client) error {
+// probeRights runs the permission probe for New on cc's connections: an error
+// matching ErrPermission when the user is denied something, else nil.
+func (c *config) probeRights(cc *core.Client) error {
 	if !c.probe {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.probeTimeout)
 	defer cancel()
-	denied, refusal := core.Probe(ctx, rc, c.keyPrefix)
+	// Which pub/sub the locks will use: under pubsub.ShardingAuto on a
+	// cluster client this asks the server (INFO), as the first lock would.
+	sharded, err := cc.Mux.Sharded(ctx)
+	if err != nil {
+		return nil // Redis did not answer in time: the probe cannot tell
+	}
+	denied, refusal := core.Probe(ctx, cc.RC, c.keyPrefix, core.ProbeFor{Sharded: sharded, Wait: c.ackSet})
 	switch {
 	case refusal != nil:
 		return fmt.Errorf("%w: the Redis user may not run the lock scripts under key prefix %q: %w", ErrPermission, c.keyPrefix, refusal)

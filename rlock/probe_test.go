@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -123,4 +124,88 @@ func TestProbeTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
+}
+
+// singleNodeCluster starts a one-node Redis Cluster owning every slot: the
+// cheapest server on which a cluster client (and sharded pub/sub) works.
+func singleNodeCluster(t *testing.T, ctx context.Context) *redistest.Server {
+	t.Helper()
+	srv := redistest.Owned(t, redistest.WithArgs("--cluster-enabled", "yes"))
+	if _, err := srv.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the cluster never became ready", func() bool {
+		msg, err := srv.Do(ctx, "CLUSTER", "INFO")
+		info, _ := msg.ToString()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	})
+	return srv
+}
+
+// TestProbeShardedAndWait: the probe checks the pub/sub commands the
+// Client's multiplexer uses (SPUBLISH, SSUBSCRIBE on a Redis 7 cluster, where
+// it shards by default; PUBLISH, SUBSCRIBE otherwise), and WAIT with
+// WithReplicaAck.
+func TestProbeShardedAndWait(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := singleNodeCluster(t, ctx)
+	const keys, chans = "~rlock:*", "&rlock:*"
+	user := func(name string, rules ...string) rueidis.Client {
+		t.Helper()
+		args := append([]string{"ACL", "SETUSER", name, "reset", "on", ">pw"}, rules...)
+		if _, err := srv.Do(ctx, args...); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return redistest.Client(t, srv, func(o *rueidis.ClientOption) {
+			o.Username, o.Password, o.ForceSingleClient = name, "pw", false
+		})
+	}
+	for _, tc := range []struct {
+		user    string
+		rules   []string
+		sharded bool // false: pubsub.ShardingClassic forced on the cluster client
+		opts    []rlock.Option
+		want    []string // denied commands New must name; none: New succeeds
+	}{
+		{"full", []string{keys, chans, "+@all"}, true, nil, nil},
+		{"nospublish", []string{keys, chans, "+@all", "-spublish"}, true, nil, []string{"SPUBLISH"}},
+		{"nossubscribe", []string{keys, chans, "+@all", "-ssubscribe"}, true, nil, []string{"SSUBSCRIBE"}},
+		{"nochannels", []string{keys, "resetchannels", "+@all"}, true, nil, []string{"SPUBLISH", "SSUBSCRIBE"}},
+		// Sharded mode needs no classic pub/sub, and classic mode no sharded.
+		{"shardedonly", []string{keys, chans, "+@all", "-publish", "-subscribe"}, true, nil, nil},
+		{"classiconly", []string{keys, chans, "+@all", "-spublish", "-ssubscribe"}, false, nil, nil},
+		{"classicnopublish", []string{keys, chans, "+@all", "-publish"}, false, nil, []string{"PUBLISH"}},
+		// WAIT only with WithReplicaAck.
+		{"nowait", []string{keys, chans, "+@all", "-wait"}, true, []rlock.Option{rlock.WithReplicaAck(1, time.Second)}, []string{"WAIT"}},
+		{"nowaitunasked", []string{keys, chans, "+@all", "-wait"}, true, nil, nil},
+	} {
+		opts := tc.opts
+		if !tc.sharded {
+			opts = append(opts, rlock.WithPubSub(pubsub.WithSharding(pubsub.ShardingClassic)))
+		}
+		c, err := rlock.New(user(tc.user, tc.rules...), opts...)
+		if c != nil {
+			_ = c.Close()
+		}
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("user %s: New: %v", tc.user, err)
+			}
+			continue
+		}
+		if !errors.Is(err, rlock.ErrPermission) {
+			t.Errorf("user %s: New: err = %v, want ErrPermission", tc.user, err)
+			continue
+		}
+		for _, cmd := range tc.want {
+			if !strings.Contains(err.Error(), cmd) {
+				t.Errorf("user %s: New: err = %v, want it to name %s", tc.user, err, cmd)
+			}
+		}
+		if tc.user == "nospublish" && strings.Contains(err.Error(), " PUBLISH") {
+			t.Errorf("user %s: New: err = %v names PUBLISH, which sharded mode does not use", tc.user, err)
+		}
+	}
 }

@@ -96,6 +96,28 @@ const (
 // key gone, or renewals failed until the last confirmed lease ran out), and
 // the masters it still holds are then released. Unlock releases the lock on
 // every master it was taken on.
+//
+// # Replica acknowledgement
+//
+// The masters of a quorum may each have replicas (with Sentinel, say). With
+// WithReplicaAck(n, timeout) in QuorumOptions.ClientOptions, each master's
+// vote is followed by WAIT n timeout on the same connection, and a vote counts
+// only when at least n replicas of that master acknowledged it: a vote that
+// too few acknowledged in time counts against the lock, like a master that
+// did not answer, and is given back (whether the round wins or not). So a
+// lock Lock returned is held by a majority of the masters and, on each of
+// them, by n of its replicas: a failover of one of those masters that
+// promotes such a replica keeps its vote. The attempt timeout bounds each
+// vote's script and the acknowledgement timeout its WAIT; the time both take
+// comes off the validity, as any round's time does.
+//
+// A round that would have won counting the unacknowledged votes fails Lock
+// and TryLock with ErrNotReplicated (everything the round took given back),
+// unless WithReplicaAckRetry is given: then a blocking Lock tries another
+// round soon, while its ctx (and wait timeout) lasts. A round lost to other
+// owners or to unreachable masters waits as usual. Re-entries are counted in
+// the process and write nothing; renewals and releases are not waited for
+// (see WithReplicaAck for what acknowledgement does not promise).
 type Quorum struct {
 	id      string    // owner fields of this Quorum's holds start with it
 	masters []*Client // one per master, in the order given
@@ -116,8 +138,9 @@ type QuorumOptions struct {
 	// ClientOptions configure the Client of each master (see New):
 	// WithKeyPrefix (default DefaultQuorumKeyPrefix), WithWatchdogTimeout (the
 	// lease of holds taken without WithLease), WithUnlockTimeout, WithPubSub,
-	// WithProbe. Linger is always off: quorum holds are not kept for the
-	// next Lock.
+	// WithProbe, WithReplicaAck and WithReplicaAckRetry (see Replica
+	// acknowledgement in Quorum's documentation). Linger is always off:
+	// quorum holds are not kept for the next Lock.
 	ClientOptions []Option
 	// AttemptTimeout bounds one acquisition attempt on one master: a master
 	// that does not answer in time counts as a vote against. It should be

@@ -55,7 +55,11 @@ func (qm *QuorumMutex) String() string {
 // ErrNoQuorum (and ErrUnavailable, wrapping the last connection error) when
 // too many masters could not be reached for a majority, ErrLocked (and
 // context.DeadlineExceeded) when the wait timeout ran out while other owners
-// held the lock, and otherwise ctx's error.
+// held the lock, ErrNotReplicated when (with WithReplicaAck, see Quorum) a
+// round had a majority only counting the votes that too few replicas of
+// their master acknowledged (with WithReplicaAckRetry Lock tries again
+// instead, and the error matches it when the wait ends after such a round),
+// and otherwise ctx's error.
 //
 // If ctx already holds the lock, Lock re-enters at once and returns ctx; a
 // re-entry cannot change the lease (WithLease is refused).
@@ -65,9 +69,10 @@ func (qm *QuorumMutex) Lock(ctx context.Context, opts ...LockOption) (context.Co
 
 // TryLock makes one round. It returns the lock context as Lock does, or an
 // error matching ErrLocked when other owners hold the lock on too many
-// masters, or ErrNoQuorum when too many masters could not be reached (or the
-// round took longer than the lease allows). A context that already holds the
-// lock re-enters.
+// masters, ErrNoQuorum when too many masters could not be reached (or the
+// round took longer than the lease allows), or ErrNotReplicated when too few
+// of its votes were acknowledged by replicas (WithReplicaAck; the round's
+// votes were given back). A context that already holds the lock re-enters.
 func (qm *QuorumMutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return qm.lock(ctx, false, opts)
 }
@@ -89,13 +94,16 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 	if lc.leaseSet {
 		lease, renew = lc.lease, false
 	}
+	// WithReplicaAckRetry (the same for every master): a round lost for
+	// want of acknowledgements is tried again rather than failed.
+	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
 	r := qm.round(ctx, lease)
 	switch {
 	case r.won:
 		return qm.hold(ctx, r, renew)
 	case ctx.Err() != nil:
 		return nil, qm.wrap("lock", core.CtxError(ctx))
-	case !wait:
+	case !wait || r.notReplicated(q.major) && !ackRetry:
 		return nil, qm.failure(r, nil)
 	}
 	waitCtx := ctx
@@ -123,9 +131,14 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 		}
 		if waitCtx.Err() == nil {
 			last = r
+			if r.notReplicated(q.major) && !ackRetry {
+				return nil, qm.failure(r, nil)
+			}
 		}
 		var delay time.Duration
-		if r.failed > len(q.masters)-q.major {
+		if r.notReplicated(q.major) {
+			delay = ackRetryIn
+		} else if r.failed > len(q.masters)-q.major {
 			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
 			delay = backoff
 		} else {
@@ -169,6 +182,12 @@ func (qm *QuorumMutex) failure(r *round, waitErr error) error {
 	case r.granted >= q.major && waitErr == nil:
 		return fmt.Errorf("%w: lock %q: taken on %d of %d masters, but the round took longer than the lease (%v) allows",
 			ErrNoQuorum, qm.name, r.granted, n, r.lease)
+	case r.notReplicated(q.major) && waitErr == nil:
+		return fmt.Errorf("%w: lock %q: taken on %d of %d masters, %d of them acknowledged by enough of their replicas within %v, and a lock needs %d",
+			ErrNotReplicated, qm.name, r.granted+r.unacked, n, r.granted, q.masters[0].c.Cfg.ReplicaAckTimeout, q.major)
+	case r.notReplicated(q.major):
+		return fmt.Errorf("%w: lock %q: the last round was taken on %d of %d masters, %d of them acknowledged by enough of their replicas within %v, and a lock needs %d: %w",
+			ErrNotReplicated, qm.name, r.granted+r.unacked, n, r.granted, q.masters[0].c.Cfg.ReplicaAckTimeout, q.major, waitErr)
 	case waitErr == nil:
 		return fmt.Errorf("%w: %q is held by other owners on %d of %d masters (a lock needs %d)", ErrLocked, qm.name, r.taken, n, q.major)
 	case timedOut && r.taken > 0:

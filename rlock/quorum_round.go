@@ -38,6 +38,9 @@ const (
 	voteFailed  voteKind = iota // no answer, or an error
 	voteGranted                 // this master took the lock for the round's owner
 	voteTaken                   // another owner holds it there
+	// voteUnacked: this master took the lock, but too few of its replicas
+	// acknowledged it (WithReplicaAck): it counts against, and is given back.
+	voteUnacked
 )
 
 // vote is one master's answer in one round.
@@ -46,7 +49,7 @@ type vote struct {
 	sent   core.Ticket // when the attempt was sent: the lease there starts later
 	wait   int64       // voteTaken: the holder's remaining lease (ms), -1 without expiry
 	holder string      // voteTaken: the holder's owner field
-	err    error       // voteFailed
+	err    error       // voteFailed, voteUnacked
 	// late: the attempt may still run on that master (its reply was lost),
 	// so it is given back with a tombstone against it.
 	late bool
@@ -59,9 +62,17 @@ type round struct {
 	lease                  time.Duration
 	votes                  []vote
 	granted, taken, failed int
+	unacked                int // votes granted but not acknowledged (see voteUnacked)
 	lastErr                error
 	until                  time.Time // granted >= majority: when the majority's validity ends
 	won                    bool
+}
+
+// notReplicated reports whether r lost only for want of acknowledgements
+// (WithReplicaAck): counting the votes that too few replicas acknowledged, it
+// would have had a majority.
+func (r *round) notReplicated(major int) bool {
+	return r.granted < major && r.granted+r.unacked >= major
 }
 
 // attemptTimeout bounds one attempt on one master for a hold of lease.
@@ -99,6 +110,8 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
 			ends = append(ends, v.sent.At().Add(lease-core.DriftMargin(lease)))
 		case voteTaken:
 			r.taken++
+		case voteUnacked:
+			r.unacked++
 		default:
 			r.failed++
 			r.lastErr = v.err
@@ -112,7 +125,7 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
 	var done []<-chan struct{}
 	for i, v := range r.votes {
 		switch {
-		case v.kind == voteGranted && !r.won:
+		case v.kind == voteGranted && !r.won || v.kind == voteUnacked:
 			if d := qm.giveBack(q.masters[i].c, r.owner, lease, false); d != nil {
 				done = append(done, d)
 			}
@@ -134,13 +147,19 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
 	return r
 }
 
-// ask runs quorum_acquire.lua on one master.
+// ask runs quorum_acquire.lua on one master, followed, with WithReplicaAck on
+// that master's Client, by WAIT on the same connection: a vote the master's
+// replicas did not acknowledge in time is voteUnacked. The attempt timeout
+// then bounds the script, and the acknowledgement timeout the WAIT.
 func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, lease, timeout time.Duration) vote {
+	keys, args := []string{qm.keys.lock, qm.keys.tombstone(owner)}, []string{owner, ms(lease)}
+	if c.Acking() {
+		return qm.askAcked(ctx, c, keys, args, timeout+c.Cfg.ReplicaAckTimeout)
+	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := c.NewTicket()
-	vals, err := lua.QuorumAcquire.Exec(actx, c.RC, []string{qm.keys.lock, qm.keys.tombstone(owner)},
-		[]string{owner, ms(lease)}).ToArray()
+	vals, err := lua.QuorumAcquire.Exec(actx, c.RC, keys, args).ToArray()
 	if err != nil {
 		c.NoteError(err)
 		_, isRedis := rueidis.IsRedisErr(err)
@@ -151,6 +170,35 @@ func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, le
 	v, err := parseVote(vals)
 	if err != nil {
 		return vote{err: err}
+	}
+	v.sent = t
+	return v
+}
+
+// askAcked is ask with WithReplicaAck (see core.Client.RunAcked).
+func (qm *QuorumMutex) askAcked(ctx context.Context, c *core.Client, keys, args []string, timeout time.Duration) vote {
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := c.NewTicket()
+	var v vote
+	acked, err := c.RunAcked(actx, lua.QuorumAcquireOn, keys, args, false, func(res rueidis.RedisResult) (bool, error) {
+		vals, err := res.ToArray()
+		if err != nil {
+			return false, err
+		}
+		v, err = parseVote(vals)
+		return err == nil && v.kind == voteGranted, err
+	})
+	switch {
+	case err != nil:
+		c.NoteError(err)
+		_, isRedis := rueidis.IsRedisErr(err)
+		// As in ask; and a vote granted before WAIT failed is given back
+		// with a tombstone too.
+		late := v.kind == voteGranted || !isRedis && !errors.Is(err, syscall.ECONNREFUSED)
+		return vote{err: err, late: late}
+	case v.kind == voteGranted && c.Unacked(acked):
+		return vote{kind: voteUnacked, err: c.NotReplicated(acked)}
 	}
 	v.sent = t
 	return v

@@ -18,16 +18,28 @@ const (
 	MaxReplicaAckTimeout = time.Minute
 )
 
-// WithReplicaAck makes every acquisition of a Mutex (Lock and TryLock of
-// Client.Mutex and Client.FairMutex, including a lock handed over by a
-// release, and re-entries) wait until at least replicas replicas of the
-// master have acknowledged it, for up to timeout: the script that takes the
-// lock is followed by WAIT replicas timeout on the same connection (in a
-// cluster, the connection to the node serving the lock's slot).
+// WithReplicaAck makes every acquisition of the Client's locks and
+// semaphores wait until at least replicas replicas of the master have
+// acknowledged it, for up to timeout: the script that takes the lock is
+// followed by WAIT replicas timeout on the same connection (in a cluster, the
+// connection to the node serving the lock's slot). It covers:
 //
-// When fewer acknowledge in time, the acquisition is undone (the lock is given
-// back, a re-entry's count taken back) and Lock fails with an error matching
-// ErrNotReplicated, unless WithReplicaAckRetry is given.
+//   - Mutex and FairMutex: Lock and TryLock, a lock handed over by a release
+//     (confirmed with a round trip instead of taken from its message), and
+//     re-entries;
+//   - RWMutex: RLock, TryRLock, Lock and TryLock, a lock granted by a release
+//     (a woken waiter always confirms it with a round trip), the read lock a
+//     writer takes under its write lock, and re-entries;
+//   - semaphores (package semaphore, on this Client): Acquire, TryAcquire and
+//     Drain, and permits handed over by a release (confirmed with a round
+//     trip);
+//   - quorum locks (in QuorumOptions.ClientOptions): each master's vote, which
+//     counts only when that master's replicas acknowledged it (see Quorum).
+//
+// When fewer acknowledge in time, the acquisition is undone (the lock or
+// permits are given back, a re-entry's count taken back) and the call fails
+// with an error matching ErrNotReplicated, unless WithReplicaAckRetry is
+// given.
 //
 // What it buys: a lock Lock returned is on the master and on at least replicas
 // replicas, so a failover (Sentinel or Cluster) that promotes one of those
@@ -41,11 +53,11 @@ const (
 // it. Protect the resource with the fencing token (Mutex.Token).
 //
 // Each acquisition pays one more round trip plus the replication delay, and
-// holds a connection of the rueidis client's pool for it. RWMutex, semaphores
-// and quorum locks do not acknowledge (yet): the option has no effect on them.
-// A lock passed between goroutines of one Client (see the package
-// documentation on cohorts and turns) writes nothing new in Redis and is not
-// acknowledged again.
+// holds a connection of the rueidis client's pool for it. A lock or permit
+// passed between goroutines of one Client (see the package documentation on
+// cohorts and turns, and semaphore's turns) writes nothing new in Redis and
+// is not acknowledged again; nor is a quorum lock's re-entry, counted in the
+// process. New's permission probe checks that the user may run WAIT.
 //
 // replicas must be at least 1 and timeout between MinReplicaAckTimeout (1ms)
 // and MaxReplicaAckTimeout (1m). Default: off (no WAIT).
@@ -55,12 +67,15 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 
 // WithReplicaAckRetry changes what WithReplicaAck does when too few replicas
 // acknowledge in time: instead of failing with ErrNotReplicated, a blocking
-// Lock gives the acquisition back and tries again, queued like any waiter,
-// until enough replicas acknowledge one or its ctx (or wait timeout) ends;
-// the error then matches ErrNotReplicated too. A re-entry, whose hold the
-// watchdog keeps meanwhile, repeats WAIT for up to the unlock timeout
-// (WithUnlockTimeout) before it is taken back. TryLock still makes one
-// attempt and fails with ErrNotReplicated. It requires WithReplicaAck.
+// call (Lock, RLock, semaphore Acquire, quorum Lock) gives the acquisition
+// back and tries again, queued like any waiter (at the tail: the place it
+// had is given back too), until enough replicas acknowledge one or its ctx
+// (or wait timeout) ends; the error then matches ErrNotReplicated too. A
+// re-entry, whose hold the watchdog keeps meanwhile, repeats WAIT for up to
+// the unlock timeout (WithUnlockTimeout) before it is taken back; so does the
+// read lock a writer takes under its write lock, while RLock's ctx lasts. The
+// non-blocking calls (TryLock, TryRLock, TryAcquire, Drain) still make one
+// attempt and fail with ErrNotReplicated. It requires WithReplicaAck.
 func WithReplicaAckRetry() Option {
 	return func(c *config) { c.ackRetry = true }
 }
@@ -80,37 +95,24 @@ func (c *config) validateReplicaAck() error {
 
 // ackRetryIn is how soon a waiting Lock tries again after an acquisition that
 // too few replicas acknowledged (the WAIT itself already took the timeout).
-const ackRetryIn = 50 * time.Millisecond
+const ackRetryIn = core.AckRetryIn
 
 // notReplicated is the error of an acquisition acknowledged by acked replicas
 // only (the caller names the lock).
-func notReplicated(c *core.Client, acked int64) error {
-	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, c.Cfg.ReplicaAck, c.Cfg.ReplicaAckTimeout)
-}
+func notReplicated(c *core.Client, acked int64) error { return c.NotReplicated(acked) }
 
-// acquireAcked runs acquire.lua and, when it took the lock (or re-entered), WAIT
-// on the same connection, so that the count covers the script's writes and
-// everything before them in the replication stream (a hand-off written by the
-// releaser's connection among them). persist repeats WAIT until enough
-// replicas acknowledged or ctx ends. acked is -1 when no WAIT was sent. When
-// WAIT fails (a lost connection, or a user without the right to run it), r
-// still has status 1 with the error: the lock may be held.
+// acquireAcked runs acquire.lua and, when it took the lock (or re-entered),
+// WAIT on the same connection (see core.Client.RunAcked). acked is -1 when no
+// WAIT was sent. When WAIT fails, r still has status 1 with the error: the
+// lock may be held.
 func acquireAcked(ctx context.Context, c *core.Client, keys, args []string, persist bool) (r acquireReply, acked int64, err error) {
-	acked = -1
-	err = c.RC.Dedicated(func(dc rueidis.DedicatedClient) error {
-		vals, err := lua.AcquireOn.Exec(ctx, dc, keys, args).AsIntSlice()
+	acked, err = c.RunAcked(ctx, lua.AcquireOn, keys, args, persist, func(res rueidis.RedisResult) (bool, error) {
+		vals, err := res.AsIntSlice()
 		if err != nil {
-			return err
+			return false, err
 		}
-		if r, err = parseAcquireReply(vals); err != nil || r.status != 1 {
-			return err
-		}
-		for {
-			acked, err = dc.Do(ctx, dc.B().Wait().Numreplicas(int64(c.Cfg.ReplicaAck)).Timeout(c.Cfg.ReplicaAckTimeout.Milliseconds()).Build()).AsInt64()
-			if err != nil || acked >= int64(c.Cfg.ReplicaAck) || !persist || ctx.Err() != nil {
-				return err
-			}
-		}
+		r, err = parseAcquireReply(vals)
+		return err == nil && r.status == 1, err
 	})
 	return r, acked, err
 }

@@ -44,14 +44,24 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 			return rw.reenter(ctx, rl.h, false, lc)
 		case wl != nil && !ended(wl.h):
 			// A downgrade in the making: granted at once, never queued.
+			// (With WithReplicaAckRetry, a blocking RLock waits for the
+			// replicas while ctx lasts instead.)
 			a.via, a.base = wl.h.Owner, wl.base
+			a.persist = wait && rw.c.Cfg.ReplicaAckRetry
 			wait = false
 		}
 	}
 
-	ok, retry, err := a.try(ctx, nil)
+	tryCtx := ctx
+	if a.persist && lc.waitSet {
+		// A downgrade that waits for the replicas waits no longer than asked.
+		var cancel context.CancelFunc
+		tryCtx, cancel = context.WithTimeout(ctx, lc.waitTimeout)
+		defer cancel()
+	}
+	ok, retry, err := a.try(tryCtx, nil)
 	switch {
-	case err != nil && wait && core.Retryable(ctx, err):
+	case err != nil && wait && (core.Retryable(ctx, err) || rw.c.Cfg.ReplicaAckRetry && errors.Is(err, ErrNotReplicated)):
 		// Retried with backoff by the wait below.
 	case err != nil:
 		if a.uncertain {
@@ -94,6 +104,9 @@ type rwAcquisition struct {
 	// it), and base the context that write hold was taken with.
 	via  string
 	base context.Context
+	// persist: a downgrade that waits for the replicas while ctx lasts
+	// (WithReplicaAckRetry).
+	persist bool
 
 	ticket core.Ticket // dates the command that granted the lease
 	token  uint64
@@ -112,20 +125,26 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		w.SetTag(a.owner)
 	}
 	t := c.NewTicket()
-	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, write: a.write, lease: a.lease, enqueue: w != nil, via: a.via})
+	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, write: a.write, lease: a.lease, enqueue: w != nil, via: a.via, persist: a.persist})
 	if err != nil {
 		c.NoteError(err)
-		if ctx.Err() == nil {
+		// Not the wait ending mid-call (see acquisition.try).
+		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
 			a.lastErr, a.sawHolder = err, false
 		}
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
-			a.uncertain = true // the next attempt finds what this one took
+		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
+			// The next attempt finds what this one took. (Status 1 with an
+			// error: the script took the lock, WAIT failed; WithReplicaAck.)
+			a.uncertain = true
 		}
 		return false, 0, err
 	}
 	a.lastErr = nil
 	switch r.status {
 	case 1:
+		if c.Unacked(r.acked) {
+			return a.unacked(ctx, w, r.acked)
+		}
 		a.ticket, a.token, a.count = t, r.token, r.count
 		return true, 0, nil
 	case 0:
@@ -233,13 +252,17 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 	t := h.Send(newLease)
 	var r rwAcquireReply
 	err := core.RetryTransient(callCtx, func() (err error) {
-		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner, write: write, lease: newLease, reentry: requestID})
+		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner, write: write, lease: newLease, reentry: requestID,
+			persist: rw.c.Cfg.ReplicaAckRetry})
 		rw.c.NoteError(err)
 		return err
 	})
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
-			h.SetLease(lease, renewed) // refused before it changed anything
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 {
+			// Refused before it changed anything. (Status 1: the script
+			// counted the re-entry, and WAIT, with WithReplicaAck, was
+			// refused.)
+			h.SetLease(lease, renewed)
 			return nil, rw.wrap("re-enter "+what+" lock", err)
 		}
 		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
@@ -251,8 +274,11 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 		h.End(ErrLeaseLost)
 		return nil, rw.notHeld(what, ErrLeaseLost)
 	}
-	h.SetCount(r.count)
 	h.Extend(t, newLease)
+	if rw.c.Unacked(r.acked) {
+		return nil, rw.reentryUnacked(callCtx, h, write, newLease, r.acked)
+	}
+	h.SetCount(r.count)
 	return ctx, nil
 }
 

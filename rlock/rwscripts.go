@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/internal/lua"
 )
@@ -71,6 +73,9 @@ type rwAcquireArgs struct {
 	enqueue bool   // join (or stay in) the queue when not acquired
 	via     string // owner field of the caller's write hold, for a read lock
 	reentry string // request id of a re-entry; "" for a first acquisition
+	// persist: with WithReplicaAck, repeat WAIT while ctx lasts rather than
+	// give the acquisition back (see core.Client.RunAcked).
+	persist bool
 }
 
 // rwAcquireReply is rw_acquire.lua's answer.
@@ -79,6 +84,9 @@ type rwAcquireReply struct {
 	token  uint64
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+	// acked is how many replicas acknowledged an acquisition (WAIT, with
+	// WithReplicaAck; -1 when none was asked).
+	acked int64
 }
 
 func parseRWAcquireReply(vals []int64) (rwAcquireReply, error) {
@@ -98,13 +106,32 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 	if a.reentry != "" {
 		latch = k.latch(a.reentry)
 	}
-	vals, err := lua.RWAcquire.Exec(ctx, c.RC, k.with(k.tombstone(a.owner), latch),
-		[]string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)),
-			publishCommand(ctx, c), k.readCh, k.grantPrefix, a.via, latchLifetime(c)}).AsIntSlice()
+	keys := k.with(k.tombstone(a.owner), latch)
+	args := []string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)),
+		publishCommand(ctx, c), k.readCh, k.grantPrefix, a.via, latchLifetime(c)}
+	if c.Acking() {
+		// WithReplicaAck: WAIT after an acquisition, on its connection. A
+		// grant written by a releaser is covered too: rw_acquire.lua, which
+		// finds it, sets its lease afresh (a write of this connection).
+		var r rwAcquireReply
+		acked, err := c.RunAcked(ctx, lua.RWAcquireOn, keys, args, a.persist, func(res rueidis.RedisResult) (bool, error) {
+			vals, err := res.AsIntSlice()
+			if err != nil {
+				return false, err
+			}
+			r, err = parseRWAcquireReply(vals)
+			return err == nil && r.status == 1, err
+		})
+		r.acked = acked
+		return r, err
+	}
+	vals, err := lua.RWAcquire.Exec(ctx, c.RC, keys, args).AsIntSlice()
 	if err != nil {
 		return rwAcquireReply{}, err
 	}
-	return parseRWAcquireReply(vals)
+	r, err := parseRWAcquireReply(vals)
+	r.acked = -1
+	return r, err
 }
 
 // rwReleaseScript runs rw_release.lua: it returns the levels left, or -1 when

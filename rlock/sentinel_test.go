@@ -3,7 +3,6 @@ package rlock_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -534,17 +533,9 @@ func TestReplicaAckOptions(t *testing.T) {
 // leaves nothing held; with WithReplicaAck off it succeeds.
 func TestReplicaAckCluster(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Owned(t, redistest.WithArgs("--cluster-enabled", "yes"))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := srv.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the cluster never became ready", func() bool {
-		msg, err := srv.Do(ctx, "CLUSTER", "INFO")
-		info, _ := msg.ToString()
-		return err == nil && strings.Contains(info, "cluster_state:ok")
-	})
+	srv := singleNodeCluster(t, ctx)
 	rc := redistest.Client(t, srv, func(o *rueidis.ClientOption) { o.ForceSingleClient = false })
 	if rc.Mode() != rueidis.ClientModeCluster {
 		t.Fatalf("client mode %v, want cluster", rc.Mode())

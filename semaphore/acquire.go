@@ -36,8 +36,11 @@ type permit struct {
 // in the queue is given up; the error matches ctx's error when ctx ended,
 // ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
 // ErrExceedsLimit when n is above the limit (at once, or when the limit is
-// lowered below n while waiting), ErrNoLimit when no limit is set. Connection
-// errors are retried with backoff until ctx ends.
+// lowered below n while waiting), ErrNoLimit when no limit is set, and
+// ErrNotReplicated when the Client was made with rlock.WithReplicaAck and too
+// few replicas acknowledged the permits in time (they were given back; with
+// rlock.WithReplicaAckRetry Acquire tries again instead while it waits).
+// Connection errors are retried with backoff until ctx ends.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
 	return s.acquire(ctx, n, true, opts)
 }
@@ -135,9 +138,11 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		// channel this Client has not subscribed yet would reach nobody.
 		ok, _, err := a.try(ctx, nil)
 		switch {
-		case err != nil && wait && core.Retryable(ctx, err):
+		case err != nil && wait && (core.Retryable(ctx, err) || s.c.Cfg.ReplicaAckRetry && errors.Is(err, ErrNotReplicated)):
 			// A dropped connection is no reason to give up a blocking Acquire:
-			// the wait below retries with backoff while ctx lasts.
+			// the wait below retries with backoff while ctx lasts (and an
+			// acquisition too few replicas acknowledged, with
+			// rlock.WithReplicaAckRetry).
 		case err != nil:
 			a.giveUp(ctx)
 			return nil, s.wrap("acquire", err)
@@ -299,7 +304,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		// error leaves its outcome unknown: the retry, under the same id,
 		// finds it out (sem_acquire.lua is idempotent per id).
 		a.traced = true
-		if ctx.Err() == nil { // not the wait ending mid-call
+		// Not the wait ending mid-call (rueidis may report the deadline of a
+		// blocking WAIT a moment before ctx does: keep the reason the
+		// attempts before it failed).
+		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
 			a.lastErr = err
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {
@@ -311,6 +319,9 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	a.lastErr = nil
 	switch r.status {
 	case 1:
+		if s.c.Unacked(r.acked) {
+			return a.unacked(ctx, w, r.acked)
+		}
 		// The script set the lease from when it ran, after t (an earlier
 		// request running late only sets it again, later).
 		a.ticket, a.got = t, r.value
@@ -359,6 +370,12 @@ func (a *acquisition) handedOff(data string) bool {
 	n, ok := parseGrant(data, a.secret)
 	claim := a.claim()
 	if !ok || n != a.n || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > claim/2 || (claim < a.lease && !a.renew) {
+		return false
+	}
+	if a.s.c.Acking() {
+		// The hand-off was written by the releaser's connection: confirm it
+		// with a round trip (sem_acquire.lua re-sets the lease of the
+		// permits it finds) followed by WAIT on ours, which covers it too.
 		return false
 	}
 	a.got, a.ticket = n, a.queuedAt

@@ -47,6 +47,11 @@ var (
 	// reached (it wraps the last connection error); ErrNoPermits is reported
 	// only when Redis said the permits are taken. It is rlock.ErrUnavailable.
 	ErrUnavailable = core.ErrUnavailable
+	// ErrNotReplicated reports, with rlock.WithReplicaAck on the Client, an
+	// acquisition that fewer replicas than asked acknowledged in time; it was
+	// undone before the error was returned (see Semaphore.Acquire). It is
+	// rlock.ErrNotReplicated.
+	ErrNotReplicated = core.ErrNotReplicated
 )
 
 // AbandonError is the error of a Release that failed: the permits were given

@@ -49,6 +49,9 @@ type acquireReply struct {
 	status int64 // 1 acquired, 0 not now, -2 abandoned id, -3 exceeds limit, -4 no limit, -5 not a lock's limit
 	value  int64 // permits acquired, ms to the earliest expiry, or the limit
 	before bool  // the id held the permits already (taken by an earlier request, or handed to it)
+	// acked is how many replicas acknowledged an acquisition (WAIT, with
+	// rlock.WithReplicaAck; -1 when none was asked).
+	acked int64
 }
 
 // acquireArgs is one call of sem_acquire.lua.
@@ -67,14 +70,35 @@ func flag(b bool) string {
 }
 
 func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireReply, error) {
-	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(a.id)),
-		[]string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix,
-			flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh), ms(s.c.Cfg.ClaimWindow)}).AsIntSlice()
+	keys := s.keys.with(s.keys.tombstone(a.id))
+	args := []string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix,
+		flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh), ms(s.c.Cfg.ClaimWindow)}
+	if s.c.Acking() {
+		// rlock.WithReplicaAck: WAIT after an acquisition, on its
+		// connection. Permits handed over by a release are covered too:
+		// sem_acquire.lua, which finds them, sets their lease afresh (a
+		// write of this connection).
+		var r acquireReply
+		acked, err := s.c.RunAcked(ctx, lua.SemAcquireOn, keys, args, false, func(res rueidis.RedisResult) (bool, error) {
+			vals, err := res.AsIntSlice()
+			if err != nil {
+				return false, err
+			}
+			r, err = parseAcquireReply(vals)
+			return err == nil && r.status == 1, err
+		})
+		s.c.NoteError(err)
+		r.acked = acked
+		return r, err
+	}
+	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, keys, args).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return acquireReply{}, err
 	}
-	return parseAcquireReply(vals)
+	r, err := parseAcquireReply(vals)
+	r.acked = -1
+	return r, err
 }
 
 // parseAcquireReply checks and decodes sem_acquire.lua's reply; anything but

@@ -13,4 +13,7 @@ var (
 	ErrAbandoned = errors.New("rlock: hold abandoned")
 	// ErrUnavailable: a wait ended while Redis could not be reached.
 	ErrUnavailable = errors.New("rlock: redis unavailable")
+	// ErrNotReplicated: an acquisition too few replicas acknowledged in
+	// time (rlock.WithReplicaAck); it was undone.
+	ErrNotReplicated = errors.New("rlock: not acknowledged by enough replicas")
 )

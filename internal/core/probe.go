@@ -13,19 +13,33 @@ import (
 // keys and channels are those of a Mutex and a semaphore called so.
 const ProbeName = "probe"
 
+// ProbeFor names the commands Probe checks beyond those every Client runs.
+type ProbeFor struct {
+	// Sharded: the multiplexer subscribes with sharded pub/sub, so check
+	// SPUBLISH, SSUBSCRIBE and SUNSUBSCRIBE instead of PUBLISH, SUBSCRIBE and
+	// UNSUBSCRIBE.
+	Sharded bool
+	// Wait: acquisitions wait for replicas (rlock.WithReplicaAck): check WAIT.
+	Wait bool
+}
+
 // Probe asks Redis, in one script call that touches no key, whether the
 // client's ACL user may run every command the module's scripts and clients
-// run on keys and channels under prefix. It returns the denied commands
-// (upper case), or, when the probe itself is refused (NOPERM: EVALSHA, EVAL
-// or the probe's keys denied), the refusal. Any other failure (Redis
-// unreachable, a timeout, a server without ACLs or without
-// redis.acl_check_cmd, before Redis 7) yields neither: the probe cannot tell,
-// and the locks will report what goes wrong when they are used.
-func Probe(ctx context.Context, rc rueidis.Client, prefix string) (denied []string, refusal error) {
+// run on keys and channels under prefix, with the options for names. It
+// returns the denied commands (upper case), or, when the probe itself is
+// refused (NOPERM: EVALSHA, EVAL or the probe's keys denied), the refusal.
+// Any other failure (Redis unreachable, a timeout, a server without ACLs or
+// without redis.acl_check_cmd, before Redis 7) yields neither: the probe
+// cannot tell, and the locks will report what goes wrong when they are used.
+func Probe(ctx context.Context, rc rueidis.Client, prefix string, f ProbeFor) (denied []string, refusal error) {
 	base := Base(prefix, ProbeName)
 	keys := []string{base, base + ":sem"}
-	channels := []string{base + ":unlock", GrantChannel(base, "probe"), GrantChannel(base+":sem", "probe")}
-	names, err := lua.Probe.Exec(ctx, rc, keys, channels).AsStrSlice()
+	pubsub := "classic"
+	if f.Sharded {
+		pubsub = "sharded"
+	}
+	args := []string{pubsub, flag(f.Wait), base + ":unlock", GrantChannel(base, "probe"), GrantChannel(base+":sem", "probe")}
+	names, err := lua.Probe.Exec(ctx, rc, keys, args).AsStrSlice()
 	if err == nil {
 		return names, nil
 	}
@@ -33,4 +47,11 @@ func Probe(ctx context.Context, rc rueidis.Client, prefix string) (denied []stri
 		return nil, re
 	}
 	return nil, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

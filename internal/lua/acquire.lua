@@ -61,6 +61,10 @@ end
 if ARGV[3] == '1' then
   local done = redis.call('GET', KEYS[7])
   if done then
+    -- Written again so that this call writes something: a WAIT after it on
+    -- its connection (WithReplicaAck) then covers the first attempt's writes,
+    -- which another connection sent.
+    redis.call('SET', KEYS[7], done, 'PX', ARGV[11])
     return {1, 0, tonumber(done), 0, 0}
   end
   if redis.call('HEXISTS', lock, owner) == 0 then

@@ -35,3 +35,11 @@ func (p *Pinned) Exec(ctx context.Context, dc rueidis.DedicatedClient, keys, arg
 	}
 	return resp
 }
+
+// RWAcquireOn, SemAcquireOn and QuorumAcquireOn are RWAcquire, SemAcquire and
+// QuorumAcquire, to be run with Pinned.Exec (WithReplicaAck).
+var (
+	RWAcquireOn     = newPinned(mutexLibSrc + rwLibSrc + rwAcquireSrc)
+	SemAcquireOn    = newPinned(semLibSrc + semAcquireSrc)
+	QuorumAcquireOn = newPinned(mutexLibSrc + quorumAcquireSrc)
+)

@@ -4,7 +4,10 @@
 --
 -- KEYS[1..n] representative keys under the Client's prefix (a Mutex's lock key
 --            and a semaphore's state key)
--- ARGV[1..m] representative channels (a Mutex's and a semaphore's)
+-- ARGV[1]    "classic" or "sharded": the pub/sub commands the Client uses
+--            (PUBLISH, SUBSCRIBE, UNSUBSCRIBE or their sharded forms)
+-- ARGV[2]    "1" to check WAIT too (acquisitions wait for replicas)
+-- ARGV[3..m] representative channels (a Mutex's and a semaphore's)
 --
 -- Returns the names of the denied commands, without duplicates: {} when every
 -- command is allowed, or when the server cannot tell (no acl_check_cmd).
@@ -29,6 +32,15 @@ local keyed = {
 local channeled = {
   {'PUBLISH', 'C', 'm'}, {'SUBSCRIBE', 'C'}, {'UNSUBSCRIBE', 'C'},
 }
+if ARGV[1] == 'sharded' then
+  channeled = {
+    {'SPUBLISH', 'C', 'm'}, {'SSUBSCRIBE', 'C'}, {'SUNSUBSCRIBE', 'C'},
+  }
+end
+local channels = {}
+for i = 3, #ARGV do
+  channels[#channels + 1] = ARGV[i]
+end
 
 local denied, seen = {}, {}
 local function check(cmd, args)
@@ -56,6 +68,9 @@ local function each(list, marker, values)
 end
 
 check('TIME', {})
+if ARGV[2] == '1' then
+  check('WAIT', {'1', '1'})
+end
 each(keyed, 'K', KEYS)
-each(channeled, 'C', ARGV)
+each(channeled, 'C', channels)
 return denied

@@ -47,6 +47,9 @@ local now = now_ms()
 if ARGV[4] == '1' then
   local done = redis.call('GET', KEYS[9])
   if done then
+    -- Written again so that a WAIT after this call covers the first
+    -- attempt's writes (see acquire.lua).
+    redis.call('SET', KEYS[9], done, 'PX', ARGV[11])
     return {1, 0, tonumber(done)}
   end
   local count

@@ -15,7 +15,10 @@
 // (redis-server --sentinel) with short failover timeouts; the group can fail
 // over on demand ([SentinelGroup.Failover], SENTINEL FAILOVER) or by losing
 // its master ([SentinelGroup.KillMaster]), and hands out rueidis Sentinel
-// clients. [NewSentinelGroup] is its test wrapper.
+// clients. [NewSentinelGroup] is its test wrapper. [StartReplicated] (test
+// wrapper [NewReplicated]) starts a master with replicas of its own and no
+// Sentinels, ready once WAIT counts every replica: pause a replica to keep it
+// from acknowledging.
 //
 // # Test wrappers
 //

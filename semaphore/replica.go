@@ -1,0 +1,40 @@
+package semaphore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/pubsub"
+)
+
+// unacked gives back permits that too few replicas acknowledged
+// (rlock.WithReplicaAck on the Client) before the call goes on: at once, so
+// that a failing Acquire leaves nothing held in Redis, and under a tombstone,
+// as the permit id is not used again (what they free goes to the head of the
+// queue). With rlock.WithReplicaAckRetry a waiting call tries again soon,
+// under a new id (queued again at the tail); otherwise the attempt fails with
+// ErrNotReplicated.
+func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+	s := a.s
+	c := s.c
+	err := fmt.Errorf("semaphore %q: %w", s.name, c.NotReplicated(acked))
+	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
+	defer cancel()
+	id, entry := a.id, a.entry()
+	uerr := core.RetryTransient(undoCtx, func() error { return s.abandonScript(undoCtx, id, entry) })
+	if uerr != nil {
+		// Keep trying in the background; the lease bounds the permits anyway.
+		c.GoUntil(time.Now().Add(max(a.lease, c.Cfg.WatchdogTimeout)), func(ctx context.Context) {
+			_ = core.RetryTransient(ctx, func() error { return s.abandonScript(ctx, id, entry) })
+		})
+		err = fmt.Errorf("%w (giving them back failed, they are free at the latest in %v: %w)", err, a.lease, uerr)
+	}
+	a.newID()
+	a.traced, a.lastErr = false, err
+	if c.Cfg.ReplicaAckRetry && w != nil {
+		return false, core.AckRetryIn, nil
+	}
+	return false, 0, err
+}
