@@ -517,16 +517,10 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 	m := a.m
 	c := m.c
 	err := notReplicated(c, acked)
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
-	defer cancel()
-	uerr := core.RetryTransient(undoCtx, func() error {
-		e := abandonScript(undoCtx, c, m.keys, a.owner, a.secret, a.lease, true)
-		c.NoteError(e)
-		return e
-	})
-	if uerr != nil {
-		// Keep trying in the background; the lease bounds the hold anyway.
-		abandon(c, m.keys, a.owner, a.secret, a.lease, true)
+	owner, secret := a.owner, a.secret
+	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
+		return abandonScript(ctx, c, m.keys, owner, secret, a.lease, true)
+	}, func() { abandon(c, m.keys, owner, secret, a.lease, true) }); uerr != nil {
 		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
 	}
 	a.owner, a.secret, a.queuedAt, a.queued, a.uncertain = c.NewID(), newSecret(), core.Ticket{}, false, false

@@ -20,16 +20,10 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 	rw := a.rw
 	c := rw.c
 	err := notReplicated(c, acked)
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
-	defer cancel()
-	uerr := core.RetryTransient(undoCtx, func() error {
-		e := rwAbandonScript(undoCtx, c, rw.keys, a.owner, a.write, a.lease, true)
-		c.NoteError(e)
-		return e
-	})
-	if uerr != nil {
-		// Keep trying in the background; the lease bounds the hold anyway.
-		rwAbandon(c, rw.keys, a.owner, a.write, a.lease, true)
+	owner := a.owner
+	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
+		return rwAbandonScript(ctx, c, rw.keys, owner, a.write, a.lease, true)
+	}, func() { rwAbandon(c, rw.keys, owner, a.write, a.lease, true) }); uerr != nil {
 		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
 	}
 	a.owner, a.uncertain = c.NewID(), false

@@ -20,15 +20,12 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 	s := a.s
 	c := s.c
 	err := fmt.Errorf("semaphore %q: %w", s.name, c.NotReplicated(acked))
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
-	defer cancel()
 	id, entry := a.id, a.entry()
-	uerr := core.RetryTransient(undoCtx, func() error { return s.abandonScript(undoCtx, id, entry) })
-	if uerr != nil {
-		// Keep trying in the background; the lease bounds the permits anyway.
+	if uerr := c.GiveBack(ctx, func(ctx context.Context) error { return s.abandonScript(ctx, id, entry) }, func() {
 		c.GoUntil(time.Now().Add(max(a.lease, c.Cfg.WatchdogTimeout)), func(ctx context.Context) {
 			_ = core.RetryTransient(ctx, func() error { return s.abandonScript(ctx, id, entry) })
 		})
+	}); uerr != nil {
 		err = fmt.Errorf("%w (giving them back failed, they are free at the latest in %v: %w)", err, a.lease, uerr)
 	}
 	a.newID()

@@ -80,3 +80,22 @@ func (c *Client) RunAcked(ctx context.Context, p *lua.Pinned, keys, args []strin
 	})
 	return acked, err
 }
+
+// GiveBack undoes an acquisition that too few replicas acknowledged, at once:
+// undo runs with retries for up to the unlock timeout, even when ctx has
+// ended, so that a failing call leaves nothing held. When it keeps failing,
+// background is started to go on trying (the lease bounds the hold anyway),
+// and the last error is returned for the caller to report.
+func (c *Client) GiveBack(ctx context.Context, undo func(context.Context) error, background func()) error {
+	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
+	defer cancel()
+	err := RetryTransient(undoCtx, func() error {
+		e := undo(undoCtx)
+		c.NoteError(e)
+		return e
+	})
+	if err != nil {
+		background()
+	}
+	return err
+}
