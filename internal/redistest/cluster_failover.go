@@ -189,10 +189,19 @@ func (c *Cluster) BlockReplication(ctx context.Context, master *Server) error {
 // AllowReplication undoes [Cluster.BlockReplication] and waits until n
 // replicas of master are back online (resynchronized).
 func (c *Cluster) AllowReplication(ctx context.Context, master *Server, n int) error {
-	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "+psync", "+sync"); err != nil {
+	// PSYNC first, SYNC once they are back: a replica whose PSYNC was refused
+	// falls back to SYNC, and one synchronized by SYNC never acknowledges
+	// (WAIT would not count it).
+	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "+psync"); err != nil {
 		return fmt.Errorf("redistest: %s: ACL SETUSER: %w", master, err)
 	}
-	return WaitReplicas(ctx, master, n)
+	if err := WaitReplicas(ctx, master, n); err != nil {
+		return err
+	}
+	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "+sync"); err != nil {
+		return fmt.Errorf("redistest: %s: ACL SETUSER: %w", master, err)
+	}
+	return nil
 }
 
 // WaitSynced waits until every replica master has online has acknowledged
