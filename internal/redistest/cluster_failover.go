@@ -95,7 +95,7 @@ func (c *Cluster) Failover(ctx context.Context, slot int64, mode string) (old, p
 	if _, err := promoted.Do(ctx, args...); err != nil {
 		return nil, nil, fmt.Errorf("redistest: %s: %s: %w", promoted, strings.Join(args, " "), err)
 	}
-	got, err := c.waitNewOwner(ctx, slot, old)
+	got, err := c.WaitNewOwner(ctx, slot, old)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,7 +127,7 @@ func (c *Cluster) KillPrimary(ctx context.Context, slot int64) (old, promoted *S
 	if err := old.Kill(); err != nil {
 		return nil, nil, err
 	}
-	if promoted, err = c.waitNewOwner(ctx, slot, old); err != nil {
+	if promoted, err = c.WaitNewOwner(ctx, slot, old); err != nil {
 		return old, nil, err
 	}
 	return old, promoted, nil
@@ -238,10 +238,12 @@ func (c *Cluster) WaitSynced(ctx context.Context, master *Server) error {
 	})
 }
 
-// waitNewOwner waits until every live node agrees that a master other than
+// WaitNewOwner waits until every live node agrees that a master other than
 // old owns slot, that master answers ROLE as one, and the cluster is ok; it
-// returns that master.
-func (c *Cluster) waitNewOwner(ctx context.Context, slot int64, old *Server) (*Server, error) {
+// returns that master. [Cluster.KillPrimary] is Kill and WaitNewOwner; a test
+// that must act in between (while the cluster still names the killed master)
+// calls them itself.
+func (c *Cluster) WaitNewOwner(ctx context.Context, slot int64, old *Server) (*Server, error) {
 	var owner *Server
 	err := pollFor(ctx, fmt.Sprintf("slot %d to leave %s", slot, old), func(ctx context.Context) (bool, error) {
 		if err := c.checkOK(ctx); err != nil {
