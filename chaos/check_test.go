@@ -59,6 +59,7 @@ type result struct {
 	recovery              time.Duration
 	elapsed               time.Duration
 	violations            []string
+	remarks               []string // the injector's, for the notes
 }
 
 func (res *result) violation(format string, args ...any) {
@@ -91,8 +92,9 @@ func (r *run) check(elapsed time.Duration) result {
 			forced = append(forced, f)
 		}
 	}
+	remarks := slices.Clone(r.notes)
 	r.mu.Unlock()
-	res := result{name: r.sc.name, ops: r.cfg.Total, elapsed: elapsed}
+	res := result{name: r.sc.name, ops: r.cfg.Total, elapsed: elapsed, remarks: remarks}
 	for _, f := range faults {
 		if f.kind != "drop" {
 			res.faults++
@@ -466,20 +468,13 @@ func (r *run) checkLeftovers(ctx context.Context, res *result) {
 
 func (r *run) leftovers(ctx context.Context) []string {
 	var out []string
-	msg, err := r.lock.Do(ctx, "PUBSUB", "CHANNELS", "chaos*")
+	n, err := r.subscribedChannels(ctx)
 	if err != nil {
-		return []string{fmt.Sprintf("PUBSUB CHANNELS: %v", err)}
+		return []string{err.Error()}
 	}
-	chans, _ := msg.AsStrSlice()
-	if len(chans) > 0 {
-		n, err := r.lock.NumSub(ctx, chans...)
-		if err != nil {
-			return []string{fmt.Sprintf("PUBSUB NUMSUB: %v", err)}
-		}
-		for ch, k := range n {
-			if k > 0 {
-				out = append(out, fmt.Sprintf("%d subscriber(s) on %s", k, ch))
-			}
+	for ch, k := range n {
+		if k > 0 {
+			out = append(out, fmt.Sprintf("%d subscriber(s) on %s", k, ch))
 		}
 	}
 	snap, err := r.lock.Snapshot(ctx, "*")
@@ -527,7 +522,7 @@ func (r *run) leftoverWait() time.Duration {
 	if r.leftoverPatience > 0 {
 		return r.leftoverPatience
 	}
-	return 3*watchdog + 10*time.Second
+	return 3*r.cfg.Watchdog + 10*time.Second
 }
 
 // describeKey returns the content of a small leftover key, for the report.
