@@ -84,10 +84,12 @@ func scenarios() []scenario {
 	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 150, fullOps: 1000, goroutines: 4, inject: injectForceUnlock})
 	// A Redis Cluster whose lock master is killed and replaced by its
 	// replica: Mutex only, the lock kind WithReplicaAck covers.
-	// Every 10th hold lasts 300ms, and each kill comes as one begins; the
-	// lease (5s) outlasts the failover (2-4s), so holds can live through it.
-	out = append(out, scenario{name: "cluster-failover", kind: "mutex", shortOps: 60, fullOps: 1000, longEvery: 10, longHold: 300 * time.Millisecond,
-		cluster: true, lease: clusterLease, inject: injectPrimaryKill})
+	// Every 50th hold lasts 4s, and each kill comes as one begins: the hold
+	// spans the failover (2-4s), which the lease (5s) may outlast. One
+	// goroutine per worker: every acquisition is a write to Redis (no lock
+	// passed within a Client), which a failover can lose.
+	out = append(out, scenario{name: "cluster-failover", kind: "mutex", shortOps: 60, fullOps: 500, longEvery: 50, longHold: 4 * time.Second,
+		goroutines: 1, cluster: true, lease: clusterLease, inject: injectPrimaryKill})
 	// The RWMutex, mostly readers: one scenario per kind of fault in the
 	// short suite (a killed connection, a paused holder, a stalled server),
 	// the others in the full one. It has no ForceUnlock.

@@ -210,6 +210,7 @@ func (r *run) check(elapsed time.Duration) result {
 	switch r.sc.kind {
 	case "mutex":
 		res.checkFencing(ctx, r, byOwner)
+		res.checkTokensUnique(events)
 	case "rw":
 		res.checkFencing(ctx, r, byOwner)
 		res.checkSharedReads(ctx, r, byOwner)
@@ -387,6 +388,7 @@ func violationKind(v string) string {
 		{"starved", "writer starved"},
 		{"no progress", "worker made no progress"},
 		{"accepted twice", "duplicate token"},
+		{"granted to both", "token granted twice"},
 		{"accepted after token", "non-monotonic token"},
 		{"lost update", "lost update"},
 		{"stale token after force-unlock", "stale token after force-unlock"},
@@ -443,6 +445,26 @@ func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]
 	}
 	if n, err := (resource{c: r.resRC}).rejections(ctx); err == nil && int(n) != res.rejected {
 		res.violation("resource rejected %d reads or writes, workers reported %d", n, res.rejected)
+	}
+}
+
+// checkTokensUnique checks that no two Mutex holds were granted the same
+// fencing token (a re-entry keeps its hold's, and is one operation): the lock
+// must never give a token out twice, whatever the fence then accepts. A
+// failover that loses an acquisition (an unacknowledged one, with a killed
+// master) can: the new master's counter is behind the token it issued.
+// (RWMutex readers share their writer's token by design.)
+func (res *result) checkTokensUnique(events []event) {
+	holder := map[uint64]string{}
+	for _, e := range events {
+		if e.Kind != "op" || e.AcqClass != "" || e.Token == 0 {
+			continue
+		}
+		if prev, dup := holder[e.Token]; dup {
+			res.violation("token %d granted to both %s and %s", e.Token, prev, e.Owner)
+			continue
+		}
+		holder[e.Token] = e.Owner
 	}
 }
 
