@@ -50,6 +50,19 @@ type scenario struct {
 	goroutines int  // goroutines per worker process sharing one Client (0: goroutines)
 	reenter    bool // every hold re-enters once (Mutex) and unlocks that level before the last
 	acl        bool // workers connect as the ACL user aclUser, whose rights the fault changes
+	// cluster: the lock lives on a 3-master cluster with a replica each,
+	// reached by cluster clients that ask for replica acknowledgement (see
+	// cluster_test.go); the faults are failovers.
+	cluster bool
+	lease   time.Duration // the workers' watchdog timeout (0: watchdog)
+}
+
+// leaseOf is the lease of the scenario's holds.
+func (sc scenario) leaseOf() time.Duration {
+	if sc.lease > 0 {
+		return sc.lease
+	}
+	return watchdog
 }
 
 func scenarios() []scenario {
@@ -69,6 +82,14 @@ func scenarios() []scenario {
 	// The semaphore has no administrative reset (nothing like ForceUnlock
 	// that takes permits from their holders), so this one is Mutex only.
 	out = append(out, scenario{name: "force-unlock", kind: "mutex", shortOps: 150, fullOps: 1000, goroutines: 4, inject: injectForceUnlock})
+	// A Redis Cluster whose lock master is killed and replaced by its
+	// replica: Mutex only, the lock kind WithReplicaAck covers.
+	// Every 50th hold lasts 4s, and each kill comes as one begins: the hold
+	// spans the failover (2-4s), which the lease (5s) may outlast. One
+	// goroutine per worker: every acquisition is a write to Redis (no lock
+	// passed within a Client), which a failover can lose.
+	out = append(out, scenario{name: "cluster-failover", kind: "mutex", shortOps: 60, fullOps: 500, longEvery: 50, longHold: 4 * time.Second,
+		goroutines: 1, cluster: true, lease: clusterLease, inject: injectPrimaryKill})
 	// The RWMutex, mostly readers: one scenario per kind of fault in the
 	// short suite (a killed connection, a paused holder, a stalled server),
 	// the others in the full one. It has no ForceUnlock.
@@ -247,6 +268,7 @@ func (res result) notes() string {
 			res.readHolds, res.writeHolds, res.readAttempts, res.writeAttempts, res.progress,
 			res.writeWait.Round(time.Millisecond), res.readWait.Round(time.Millisecond)))
 	}
+	parts = append(parts, res.remarks...)
 	if len(res.violations) > 0 {
 		parts = append(parts, "violations: "+res.kinds())
 	}

@@ -59,6 +59,7 @@ type result struct {
 	recovery              time.Duration
 	elapsed               time.Duration
 	violations            []string
+	remarks               []string // the injector's, for the notes
 }
 
 func (res *result) violation(format string, args ...any) {
@@ -91,8 +92,9 @@ func (r *run) check(elapsed time.Duration) result {
 			forced = append(forced, f)
 		}
 	}
+	remarks := slices.Clone(r.notes)
 	r.mu.Unlock()
-	res := result{name: r.sc.name, ops: r.cfg.Total, elapsed: elapsed}
+	res := result{name: r.sc.name, ops: r.cfg.Total, elapsed: elapsed, remarks: remarks}
 	for _, f := range faults {
 		if f.kind != "drop" {
 			res.faults++
@@ -208,6 +210,7 @@ func (r *run) check(elapsed time.Duration) result {
 	switch r.sc.kind {
 	case "mutex":
 		res.checkFencing(ctx, r, byOwner)
+		res.checkTokensUnique(events)
 	case "rw":
 		res.checkFencing(ctx, r, byOwner)
 		res.checkSharedReads(ctx, r, byOwner)
@@ -385,6 +388,7 @@ func violationKind(v string) string {
 		{"starved", "writer starved"},
 		{"no progress", "worker made no progress"},
 		{"accepted twice", "duplicate token"},
+		{"granted to both", "token granted twice"},
 		{"accepted after token", "non-monotonic token"},
 		{"lost update", "lost update"},
 		{"stale token after force-unlock", "stale token after force-unlock"},
@@ -444,6 +448,26 @@ func (res *result) checkFencing(ctx context.Context, r *run, byOwner map[string]
 	}
 }
 
+// checkTokensUnique checks that no two Mutex holds were granted the same
+// fencing token (a re-entry keeps its hold's, and is one operation): the lock
+// must never give a token out twice, whatever the fence then accepts. A
+// failover that loses an acquisition (an unacknowledged one, with a killed
+// master) can: the new master's counter is behind the token it issued.
+// (RWMutex readers share their writer's token by design.)
+func (res *result) checkTokensUnique(events []event) {
+	holder := map[uint64]string{}
+	for _, e := range events {
+		if e.Kind != "op" || e.AcqClass != "" || e.Token == 0 {
+			continue
+		}
+		if prev, dup := holder[e.Token]; dup {
+			res.violation("token %d granted to both %s and %s", e.Token, prev, e.Owner)
+			continue
+		}
+		holder[e.Token] = e.Owner
+	}
+}
+
 // checkLeftovers waits for the lock server to be clean: no subscription, no
 // lock or queue key (with an expiry or without), every permit back. Only the
 // keys the library documents as permanent may stay: a Mutex's fencing and
@@ -466,20 +490,13 @@ func (r *run) checkLeftovers(ctx context.Context, res *result) {
 
 func (r *run) leftovers(ctx context.Context) []string {
 	var out []string
-	msg, err := r.lock.Do(ctx, "PUBSUB", "CHANNELS", "chaos*")
+	n, err := r.subscribedChannels(ctx)
 	if err != nil {
-		return []string{fmt.Sprintf("PUBSUB CHANNELS: %v", err)}
+		return []string{err.Error()}
 	}
-	chans, _ := msg.AsStrSlice()
-	if len(chans) > 0 {
-		n, err := r.lock.NumSub(ctx, chans...)
-		if err != nil {
-			return []string{fmt.Sprintf("PUBSUB NUMSUB: %v", err)}
-		}
-		for ch, k := range n {
-			if k > 0 {
-				out = append(out, fmt.Sprintf("%d subscriber(s) on %s", k, ch))
-			}
+	for ch, k := range n {
+		if k > 0 {
+			out = append(out, fmt.Sprintf("%d subscriber(s) on %s", k, ch))
 		}
 	}
 	snap, err := r.lock.Snapshot(ctx, "*")
@@ -527,7 +544,7 @@ func (r *run) leftoverWait() time.Duration {
 	if r.leftoverPatience > 0 {
 		return r.leftoverPatience
 	}
-	return 3*watchdog + 10*time.Second
+	return 3*r.cfg.Watchdog + 10*time.Second
 }
 
 // describeKey returns the content of a small leftover key, for the report.

@@ -3,10 +3,12 @@
 // rlock.RWMutex workloads in several worker processes against a real Redis
 // while faults are injected (killed connections, a restarted or stalled
 // server, paused holders, a cut-off watchdog, lost pub/sub messages, lost
-// command replies, ACL rights revoked at run time, ForceUnlock under load),
-// and check the outcome: fenced writes, no lost update, holders within the
-// limit, no hold granted after a force-unlock with an older token, no stuck
-// waiter, nothing left behind (every key but the permanent counters gone).
+// command replies, ACL rights revoked at run time, ForceUnlock under load, the
+// master of the lock's slot killed on a Redis Cluster with replicas), and
+// check the outcome: fenced writes, no Mutex token granted twice, no lost
+// update, holders within the limit, no hold granted after a force-unlock with
+// an older token, no stuck waiter, nothing left behind (every key but the
+// permanent counters gone).
 //
 // The RWMutex workload (kind "rw") is mostly readers: every 8th operation
 // (and every other long one) takes the write lock and makes a fenced
@@ -19,6 +21,14 @@
 // reads were accepted saw the same value; a writer found inside with anyone
 // else (readers may share) pairs with one whose lease was lost; and every
 // worker that tried to write got the write lock (no writer starved).
+//
+// The cluster-failover scenario (cluster_test.go) runs the Mutex workload on a
+// 3-master cluster with one replica each, through rueidis cluster clients
+// with rlock.WithReplicaAck, and kills the master of the lock's slot as a
+// long hold begins (the first and third kill after cutting off its
+// replication): its replica is elected and the killed node rejoins as a
+// replica.
+// -chaos.noack runs it without the acknowledgement, to see what it saves.
 //
 // A short version of most scenarios runs with go test ./... (for the
 // RWMutex: conn-kill, holder-paused and redis-stalled); the full suite

@@ -31,8 +31,9 @@ import (
 type run struct {
 	t       *testing.T
 	sc      scenario
-	cfg     workerConfig // common part of the workers' configuration
-	lock    *redistest.Server
+	cfg     workerConfig       // common part of the workers' configuration
+	lock    *redistest.Server  // on a cluster: the master of the lock's slot
+	cluster *redistest.Cluster // the lock's cluster, in a cluster scenario
 	res     *redistest.Server
 	resRC   rueidis.Client
 	proxies []*faultproxy.Proxy
@@ -51,6 +52,7 @@ type run struct {
 	faults  []fault
 	targets map[string]targetFault // operations a fault was aimed at, by owner
 	forced  []forceUnlock          // ForceUnlock calls, in order
+	notes   []string               // the injector's remarks, for the notes
 	ready   map[int]bool
 	done    map[int]bool
 	closed  map[int]event
@@ -127,14 +129,19 @@ const (
 // execute runs the scenario to the end and returns its result.
 func execute(t *testing.T, sc scenario, ops int64) result {
 	t.Helper()
-	servers := redistest.NewN(t, 2, redistest.WithDebugCommand())
 	r := &run{
-		t: t, sc: sc, lock: servers[0], res: servers[1],
+		t: t, sc: sc,
 		entered: make(chan event, 1024),
 		targets: map[string]targetFault{},
 		ready:   map[int]bool{},
 		done:    map[int]bool{},
 		closed:  map[int]event{},
+	}
+	if sc.cluster {
+		r.res = redistest.NewN(t, 1)[0]
+	} else {
+		servers := redistest.NewN(t, 2, redistest.WithDebugCommand())
+		r.lock, r.res = servers[0], servers[1]
 	}
 	r.resRC = redistest.Client(t, r.res)
 	limit := int64(1)
@@ -144,12 +151,15 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	r.cfg = workerConfig{
 		Kind: sc.kind, ResAddr: r.res.Addr(), Prefix: "chaos", Name: "res",
 		Goroutines: sc.workerGoroutines(), Total: ops, Limit: limit,
-		Watchdog: watchdog, Wait: waitTimeout, Work: 2 * time.Millisecond,
+		Watchdog: sc.leaseOf(), Wait: waitTimeout, Work: 2 * time.Millisecond,
 		LongEvery: sc.longEvery, LongHold: sc.longHold,
 		Reenter: sc.reenter && sc.kind == "mutex",
 	}
 	if sc.kind == "rw" {
 		r.cfg.WriteEvery = rwWrites
+	}
+	if sc.cluster {
+		r.startCluster()
 	}
 	if sc.kind == "semaphore" {
 		setLimit(t, r.lock, limit)
@@ -162,6 +172,10 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	}
 
 	for i := range workers {
+		if sc.cluster {
+			r.startWorker(i, "") // a cluster client, seeded with r.cfg.Cluster
+			continue
+		}
 		p, err := faultproxy.Start(r.lock.Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -361,6 +375,10 @@ func (r *run) waitWorkers(cond func() bool, bound time.Duration) bool {
 // undoFaults ends every fault still in force, so that the leftover checks
 // see a healthy system.
 func (r *run) undoFaults() {
+	if r.cluster != nil {
+		r.undoClusterFaults()
+		return
+	}
 	for _, p := range r.proxies {
 		p.Resume()
 		p.Block(false)

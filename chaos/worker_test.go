@@ -28,9 +28,10 @@ const workerEnv = "RELOCK_CHAOS_WORKER"
 
 type workerConfig struct {
 	ID         int
-	Kind       string // "mutex", "semaphore" or "rw" (RWMutex)
-	LockAddr   string // the lock server, usually through a fault proxy
-	ResAddr    string // the resource server
+	Kind       string   // "mutex", "semaphore" or "rw" (RWMutex)
+	LockAddr   string   // the lock server, usually through a fault proxy
+	Cluster    []string // instead: the masters of the lock's cluster (a cluster client)
+	ResAddr    string   // the resource server
 	Prefix     string
 	Name       string
 	Goroutines int
@@ -45,6 +46,10 @@ type workerConfig struct {
 	WriteEvery int64  // RWMutex: every WriteEvery-th operation writes (see isWrite)
 	Username   string // ACL user for the lock server ("": default user)
 	Password   string
+	// AckReplicas > 0: rlock.WithReplicaAck(AckReplicas, AckTimeout) and
+	// rlock.WithReplicaAckRetry.
+	AckReplicas int
+	AckTimeout  time.Duration
 }
 
 // isLong reports whether operation op holds the lock for LongHold.
@@ -150,8 +155,12 @@ func (w *worker) run() error {
 		return err
 	}
 	defer resRC.Close()
-	lockRC, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true,
-		Username: cfg.Username, Password: cfg.Password})
+	lockOpt := rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true,
+		Username: cfg.Username, Password: cfg.Password}
+	if len(cfg.Cluster) > 0 {
+		lockOpt.InitAddress, lockOpt.ForceSingleClient = cfg.Cluster, false
+	}
+	lockRC, err := rueidis.NewClient(lockOpt)
 	if err != nil {
 		return err
 	}
@@ -159,8 +168,12 @@ func (w *worker) run() error {
 	// The shortest claim window, below the lease: every hand-off to a queued
 	// Mutex waiter is granted for the window and extended by the watchdog, so
 	// the faults hit claims too (see rlock.WithClaimWindow).
-	client, err := rlock.New(lockRC, rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog),
-		rlock.WithClaimWindow(rlock.MinClaimWindow))
+	opts := []rlock.Option{rlock.WithKeyPrefix(cfg.Prefix), rlock.WithWatchdogTimeout(cfg.Watchdog),
+		rlock.WithClaimWindow(rlock.MinClaimWindow)}
+	if cfg.AckReplicas > 0 {
+		opts = append(opts, rlock.WithReplicaAck(cfg.AckReplicas, cfg.AckTimeout), rlock.WithReplicaAckRetry())
+	}
+	client, err := rlock.New(lockRC, opts...)
 	if err != nil {
 		return err
 	}

@@ -215,6 +215,11 @@ func (c *conn) deleteEntry(e *entry) {
 // onMessage runs on rueidis's reading goroutine: it must not block.
 func (c *conn) onMessage(m rueidis.PubSubMessage) {
 	c.mux.messages.Add(1)
+	c.deliver(m)
+}
+
+// deliver wakes the Waiters a message is for (see onMessage).
+func (c *conn) deliver(m rueidis.PubSubMessage) {
 	if tag, addressed := strings.CutPrefix(m.Message, AddressPrefix); addressed {
 		tag, data, _ := strings.Cut(tag, AddressDataSeparator)
 		c.wakeTagged(m.Channel, tag, data)
@@ -451,6 +456,12 @@ func (c *conn) subscribeOn(ctx context.Context, dc rueidis.DedicatedClient, l *l
 		c.mu.Unlock()
 	}
 	err := dc.Do(ctx, cmd).Error()
+	if err == nil && l != nil {
+		// Confirmed only on the slot's master: see verifyMaster.
+		if verr := verifyMaster(ctx, dc, names[0]); verr != nil {
+			return batch, verr
+		}
+	}
 	if err != nil && !permanent(err) {
 		return batch, err
 	}

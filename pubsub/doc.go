@@ -34,7 +34,12 @@
 //   - On a Redis Cluster client with Redis 7 or later (see WithSharding) the
 //     channels are subscribed with SSUBSCRIBE, one command per slot, on one
 //     connection per master that has Waiters; publishers must then use
-//     SPUBLISH (PublishCommand). When Redis drops a channel because its slot
+//     SPUBLISH (PublishCommand). A subscription counts (and its messages are
+//     delivered) only once a keyed read on the same connection shows the node
+//     is the slot's master: a replica accepts SSUBSCRIBE for its master's
+//     slots and hears what the master publishes, but SPUBLISH counts the
+//     master's own subscribers only, so a hand-off heard on a replica would
+//     be counted undelivered. When Redis drops a channel because its slot
 //     moved (a sunsubscribe push), or a master's connection is lost, the
 //     channel's Waiters are woken at once, the channel is subscribed where
 //     its slot now lives, and its Waiters are woken again.

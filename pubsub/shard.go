@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -76,7 +77,7 @@ func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, l
 	dc, _ := node.Dedicate()
 	l.dc = dc
 	ch := dc.SetPubSubHooks(rueidis.PubSubHooks{
-		OnMessage:      c.onMessage,
+		OnMessage:      func(m rueidis.PubSubMessage) { c.onShardMessage(l, m) },
 		OnSubscription: func(s rueidis.PubSubSubscription) { c.onShardSubscription(l, s) },
 	})
 	c.mux.wg.Add(1)
@@ -89,6 +90,23 @@ func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, l
 		}
 	}()
 	return l
+}
+
+// onShardMessage runs on rueidis's reading goroutine: it delivers a message
+// only when its channel is confirmed on l, and so on the master of its slot
+// (see verifyMaster). A replica of that master would accept the SSUBSCRIBE
+// and receive what the master publishes, while SPUBLISH on the master counts
+// the master's subscribers only: a hand-off heard there would be counted as
+// undelivered, and undone, while its grantee takes it.
+func (c *conn) onShardMessage(l *link, m rueidis.PubSubMessage) {
+	c.mux.messages.Add(1)
+	c.mu.Lock()
+	e := c.entries[m.Channel]
+	ours := e != nil && e.link == l && e.confirmed
+	c.mu.Unlock()
+	if ours {
+		c.deliver(m)
+	}
 }
 
 // onShardSubscription runs on rueidis's reading goroutine: a sunsubscribe
@@ -255,16 +273,28 @@ func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost c
 			return true
 		}
 		es = rest
-		rerr, isRedis := rueidis.IsRedisErr(err)
-		if !isRedis {
+		var moved string
+		var notMaster *notMasterError
+		switch rerr, isRedis := rueidis.IsRedisErr(err); {
+		case errors.As(err, &notMaster):
+			// The node replicates the slot's master (or no longer serves
+			// the slot): nothing may be confirmed on it. Drop the link (a
+			// replica serves no subscription of ours) and go to the master.
+			c.dropLink(links, l, false)
+			if moved = notMaster.master; moved == "" {
+				c.requeue(es, err)
+				return false
+			}
+		case !isRedis:
 			// The connection failed: its loss is reported on lost; retry.
 			c.requeue(es, err)
 			return false
-		}
-		moved, ok := rerr.IsMoved()
-		if !ok {
-			c.requeue(es, err) // TRYAGAIN, CLUSTERDOWN, ASK, BUSY...
-			return false
+		default:
+			var ok bool
+			if moved, ok = rerr.IsMoved(); !ok {
+				c.requeue(es, err) // TRYAGAIN, CLUSTERDOWN, ASK, BUSY...
+				return false
+			}
 		}
 		addr = moved
 		if nodes[addr] == nil {
@@ -303,4 +333,57 @@ func guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
 		return ""
 	}
 	return addrs[0]
+}
+
+// notMasterError reports a shard connection whose node turned out not to be
+// the master of the slot just subscribed there (see verifyMaster); master is
+// where the slot lives, when known.
+type notMasterError struct{ master string }
+
+func (e *notMasterError) Error() string {
+	if e.master == "" {
+		return "pubsub: the node is not the master of the slot"
+	}
+	return "pubsub: the node is not the master of the slot, " + e.master + " is"
+}
+
+// verifyMaster checks, after an SSUBSCRIBE on l, that l's node serves the
+// channel's slot as its master: a keyed read on the same connection, which a
+// replica answers with MOVED (the connection is not READONLY) where it
+// accepted the SSUBSCRIBE. Sent after the SSUBSCRIBE, it also catches a
+// master demoted in between (which would not push sunsubscribe for a
+// subscription made after its demotion). A user that may not read the
+// channel name as a key is asked ROLE instead; when that is refused too, the
+// node is trusted, as before this check.
+func verifyMaster(ctx context.Context, dc rueidis.DedicatedClient, channel string) error {
+	err := dc.Do(ctx, dc.B().Exists().Key(channel).Build()).Error()
+	if err == nil {
+		return nil
+	}
+	rerr, isRedis := rueidis.IsRedisErr(err)
+	if !isRedis {
+		return err
+	}
+	if addr, ok := rerr.IsMoved(); ok {
+		return &notMasterError{master: addr}
+	}
+	if _, ok := rerr.IsAsk(); ok {
+		return nil // the master, migrating the slot away: it serves it still
+	}
+	if !strings.HasPrefix(rerr.Error(), "NOPERM") {
+		return err // CLUSTERDOWN, TRYAGAIN, LOADING...: unverified, retried
+	}
+	vals, err := dc.Do(ctx, dc.B().Role().Build()).ToArray()
+	if err != nil {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis {
+			return nil // denied ROLE too: trusted
+		}
+		return err
+	}
+	if len(vals) > 0 {
+		if kind, _ := vals[0].ToString(); kind != "master" {
+			return &notMasterError{}
+		}
+	}
+	return nil
 }

@@ -152,3 +152,58 @@ func TestShardedSlotMigration(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// On a cluster with replicas every channel is subscribed on its slot's
+// master, never on a replica (which accepts SSUBSCRIBE for its master's
+// slots and receives what the master publishes, but SPUBLISH on the master
+// counts its subscribers only: a hand-off would be counted undelivered while
+// it arrives). After a failover the channel moves to the new master, not to
+// the demoted one.
+func TestShardedOnMastersNotReplicas(t *testing.T) {
+	c := redistest.NewCluster(t, 3, 1)
+	ctx := mxContext(t)
+	rc := redistest.ClusterClient(t, c)
+	m := mxNew(t, rc)
+	prefix := redistest.KeyPrefix(t)
+	chans := shardChannels(ctx, t, c, prefix)
+	waiters := map[string]*pubsub.Waiter{}
+	onMaster := func(owner *redistest.Server, ch string) {
+		t.Helper()
+		for _, s := range c.Nodes() {
+			want := int64(0)
+			if s == owner {
+				want = 1
+			}
+			if n := shardNumSub(ctx, t, s, ch); n != want {
+				t.Errorf("%s: SHARDNUMSUB on %s = %d, want %d (owner %s)", ch, s, n, want, owner)
+			}
+		}
+		n, err := rc.Do(ctx, rc.B().Spublish().Channel(ch).Message("1").Build()).AsInt64()
+		if err != nil || n != 1 {
+			t.Errorf("SPUBLISH %s: %d receivers, %v; want 1", ch, n, err)
+		}
+		mxWaitFired(t, waiters[ch], ch)
+	}
+	for owner, ch := range chans {
+		waiters[ch] = mxSubscribe(ctx, t, m, ch)
+		defer waiters[ch].Leave(true)
+		onMaster(owner, ch)
+	}
+	for _, ch := range chans {
+		slot, err := c.KeySlot(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, promoted, err := c.Failover(ctx, slot, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mxWaitFired(t, waiters[ch], "failed over")
+		mxEventually(t, mxPatience, func() (bool, string) {
+			n := shardNumSub(ctx, t, promoted, ch)
+			return n == 1 && waiters[ch].Live(), fmt.Sprintf("SHARDNUMSUB on the new master %d, live %v", n, waiters[ch].Live())
+		})
+		mxFired(waiters[ch])
+		onMaster(promoted, ch)
+	}
+}

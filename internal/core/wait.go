@@ -117,9 +117,13 @@ func (c *Client) RetryAfter(pttl int64) time.Duration {
 }
 
 // Transient tells errors worth retrying: connection failures, and Redis
-// replies that mean "not now" (loading, failover, busy script). Everything
-// else, including every error this module constructs, is final: retrying it
-// could only loop.
+// replies that mean "not now" (loading, failover, busy script) or "not here"
+// (MOVED, ASK: only a command pinned to a connection, WithReplicaAck's script
+// and WAIT, sees them, as rueidis follows them elsewhere; the command did not
+// run, and rueidis refreshes its slot map meanwhile, so that a retry goes to
+// the slot's master after a failover or a resharding). Everything else,
+// including every error this module constructs, is final: retrying it could
+// only loop.
 func Transient(err error) bool {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
@@ -128,7 +132,9 @@ func Transient(err error) bool {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
-		return re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() ||
+		_, moved := re.IsMoved()
+		_, ask := re.IsAsk()
+		return moved || ask || re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() ||
 			strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "READONLY")
 	}
 	var netErr net.Error

@@ -13,6 +13,12 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// ClusterNodeTimeout is the cluster-node-timeout of a test cluster: a master
+// that does not answer for this long is suspected failing, and its replica
+// takes over (a killed master's replica wins the election about 1.5-3s after
+// the kill).
+const ClusterNodeTimeout = time.Second
+
 // Cluster is a throwaway Redis Cluster made of redis-server processes on
 // 127.0.0.1: masters share the 16384 slots in equal ranges, each with its
 // replicas. Every node is an owned [Server] (Kill, Pause, Do, INFO...).
@@ -37,7 +43,7 @@ func (c *Cluster) Nodes() []*Server {
 
 // StartCluster starts a cluster of masters masters with replicas replicas
 // each and returns once every node reports cluster_state:ok and knows every
-// other node. opts apply to every node (after the cluster settings, which
+// other node, and every replica is in sync with its master. opts apply to every node (after the cluster settings, which
 // cannot be overridden sensibly). Each node's cluster bus listens on a port
 // of its own, reserved like the client port (--cluster-port), so that the
 // default bus port (port+10000) can never overflow. The caller must call
@@ -66,8 +72,13 @@ func StartCluster(ctx context.Context, masters, replicas int, opts ...Option) (*
 		nodeCfg.args = append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-port", strconv.Itoa(bus),
-			"--cluster-node-timeout", "1000",
+			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
 			"--cluster-require-full-coverage", "yes",
+			// A replica may take over however long its link was down (a
+			// test may have cut it on purpose, see BlockReplication).
+			"--cluster-replica-validity-factor", "0",
+			// Full syncs at once (the default waits 5s for more replicas).
+			"--repl-diskless-sync-delay", "0",
 		}, cfg.args...)
 		s, err := startProcess(ctx, nodeCfg)
 		if err != nil {
@@ -130,7 +141,17 @@ func (c *Cluster) form(ctx context.Context) error {
 			}
 		}
 	}
-	return c.WaitOK(ctx)
+	if err := c.WaitOK(ctx); err != nil {
+		return err
+	}
+	for i, rs := range c.Replicas {
+		if len(rs) > 0 {
+			if err := WaitReplicas(ctx, c.Masters[i], len(rs)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ports returns s's client port and cluster bus port.
@@ -160,31 +181,34 @@ func (c *Cluster) NodeID(ctx context.Context, s *Server) (string, error) {
 // node, sees all slots assigned, and agrees with the others on who owns
 // which slot (CLUSTER SLOTS).
 func (c *Cluster) WaitOK(ctx context.Context) error {
-	return poll(ctx, func() error {
-		var first string
-		for _, s := range c.Nodes() {
-			if !s.live() {
-				continue
-			}
-			info, err := c.Info(ctx, s)
-			if err != nil {
-				return err
-			}
-			if info["cluster_state"] != "ok" || info["cluster_slots_assigned"] != "16384" {
-				return fmt.Errorf("redistest: %s: cluster_state %s, slots assigned %s", s, info["cluster_state"], info["cluster_slots_assigned"])
-			}
-			slots, err := c.slotOwners(ctx, s)
-			if err != nil {
-				return err
-			}
-			if first == "" {
-				first = slots
-			} else if slots != first {
-				return fmt.Errorf("redistest: %s sees other slot owners", s)
-			}
+	return poll(ctx, func() error { return c.checkOK(ctx) })
+}
+
+// checkOK is one check of WaitOK.
+func (c *Cluster) checkOK(ctx context.Context) error {
+	var first string
+	for _, s := range c.Nodes() {
+		if !s.live() {
+			continue
 		}
-		return nil
-	})
+		info, err := c.Info(ctx, s)
+		if err != nil {
+			return err
+		}
+		if info["cluster_state"] != "ok" || info["cluster_slots_assigned"] != "16384" {
+			return fmt.Errorf("redistest: %s: cluster_state %s, slots assigned %s", s, info["cluster_state"], info["cluster_slots_assigned"])
+		}
+		slots, err := c.slotOwners(ctx, s)
+		if err != nil {
+			return err
+		}
+		if first == "" {
+			first = slots
+		} else if slots != first {
+			return fmt.Errorf("redistest: %s sees other slot owners", s)
+		}
+	}
+	return nil
 }
 
 // slotOwners renders CLUSTER SLOTS as "lo-hi=addr ..." (masters only).
