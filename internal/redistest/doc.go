@@ -20,6 +20,14 @@
 // Sentinels, ready once WAIT counts every replica: pause a replica to keep it
 // from acknowledging.
 //
+// [StartCluster] starts a Redis Cluster (masters with their replicas, in
+// sync, cluster-node-timeout [ClusterNodeTimeout]); [NewCluster] is its test
+// wrapper. A shard fails over on demand ([Cluster.Failover], CLUSTER FAILOVER
+// with or without FORCE or TAKEOVER) or by losing its master
+// ([Cluster.KillPrimary]), the killed node comes back as a replica
+// ([Cluster.Rejoin]), and [Cluster.BlockReplication] keeps a master's writes
+// from its replicas, as a lagging replica would; [Cluster.MoveSlot] reshards.
+//
 // # Test wrappers
 //
 // [New] returns a Redis for ordinary tests and registers its cleanup. It
