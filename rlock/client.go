@@ -122,7 +122,8 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 // a queue, acquisitions of unknown outcome being undone) get a short grace
 // (500ms) and are then cancelled; Close waits for them to return. What a
 // cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
-// lock's queue within two watchdog timeouts, a hold within its lease.
+// lock's queue within two watchdog timeouts (4s at least), a hold within its
+// lease.
 func (c *Client) Close() error {
 	c.t.flush()
 	c.c.Close()

@@ -152,7 +152,7 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
 			// Re-check often enough to keep our place (see Mutex).
-			retry = min(retry, c.Cfg.WatchdogTimeout*4/5)
+			retry = min(retry, recheckCap(c))
 		}
 		return false, retry, nil
 	case -1:

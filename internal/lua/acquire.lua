@@ -17,7 +17,7 @@
 -- ARGV[4]  "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[5]  the longest a queued waiter waits before re-checking (ms; it
 --          re-checks sooner when the holder's lease ends sooner): its place
---          lapses mutex_place_grace after that
+--          lapses its lease later (see mutex_grace)
 -- ARGV[6]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[7]  unlock channel
 -- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a

@@ -5,7 +5,7 @@
 --   queue zset:     entry -> arrival number (FIFO order)
 --   waiters zset:   entry -> deadline (server time, ms): the time by which the
 --                   waiter said it re-checks at the latest, plus
---                   mutex_place_grace; a waiter that stops re-checking loses
+--                   mutex_grace; a waiter that stops re-checking loses
 --                   its place when it passes
 --   seq key:        arrival counter
 -- An entry is owner field .. '/' .. lease .. '/' .. claim .. '/' .. secret:
@@ -90,9 +90,16 @@ local function mutex_entry(owner, lease, claim, secret)
   return owner .. '/' .. lease .. '/' .. claim .. '/' .. secret
 end
 
--- How long past its planned re-check a waiter keeps its place (ms): the
--- waiters zset stores both at once (see the top of this file).
-local mutex_place_grace = 30000
+-- How long past its planned re-check a waiter keeps its place (ms): the lease
+-- in its entry (the watchdog timeout for most), at least 2s so that a busy
+-- process re-checking late keeps it; as the re-check comes within 4/5 of a
+-- watchdog timeout, a place lapses within two of them (4s when that is
+-- shorter) of the waiter's last check. The waiters zset stores both at once
+-- (see the top of this file); the entry gives the grace back to read the
+-- planned re-check.
+local function mutex_grace(entry)
+  return math.max(tonumber(string.match(entry, '^.+/(%d+)/%d+/%x+$') or '0'), 2000)
+end
 
 -- Forgets waiters whose deadline passed (their process stopped re-checking).
 local function mutex_purge(queue, waiters, now)
@@ -112,7 +119,7 @@ end
 -- after which the waiter re-checks (see the waiters zset).
 local function mutex_enqueue(queue, waiters, seq, entry, recheck)
   redis.call('ZADD', queue, 'NX', redis.call('INCR', seq), entry)
-  redis.call('ZADD', waiters, now_ms() + recheck + mutex_place_grace, entry)
+  redis.call('ZADD', waiters, now_ms() + recheck + mutex_grace(entry), entry)
 end
 
 -- Returns the entry at the head of the queue, after forgetting lapsed
@@ -182,7 +189,7 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
         if ttl < tonumber(lease) and left > 0 then
           local entry = redis.call('ZRANGE', queue, 0, 0)[1] or ''
           local nxt = string.match(entry, '^(.+)/%d+/%d+/%x+$')
-          local by = now_ms() + ttl + mutex_place_grace
+          local by = now_ms() + ttl + mutex_grace(entry)
           if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by then
             lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
             redis.call('ZADD', waiters, 'XX', by, entry)

@@ -104,7 +104,7 @@ else
     local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
     -- The successor re-checks when the grant lapses (at once when none was
     -- made), as the reply tells its Client.
-    redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_place_grace, ARGV[8])
+    redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_grace(ARGV[8]), ARGV[8])
     if last == 0 then
       last = tonumber(redis.call('GET', fence) or '0')
     end
