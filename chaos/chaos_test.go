@@ -547,7 +547,7 @@ func commandKind(args []string) string {
 		return "release"
 	case nk >= 8 && has(7, ":gone:") && len(argv) > 3 && has(0, ":rw"): // rw_acquire.lua or rw_abandon.lua
 		switch {
-		case len(argv) < 9:
+		case len(argv) < 12: // rw_abandon.lua takes 9 ARGV, rw_acquire.lua 13
 			return "abandon"
 		case argv[3] == "1":
 			return "reenter"

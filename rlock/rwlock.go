@@ -27,7 +27,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	}
 	defer rw.c.Exit()
 	wl, rl := rw.links(ctx)
-	a := &rwAcquisition{rw: rw, write: write, owner: rw.c.NewID(), lease: rw.c.Cfg.WatchdogTimeout, renew: true}
+	a := &rwAcquisition{rw: rw, write: write, owner: rw.c.NewID(), secret: newSecret(), lease: rw.c.Cfg.WatchdogTimeout, renew: true}
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
@@ -65,7 +65,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 		// Retried with backoff by the wait below.
 	case err != nil:
 		if a.uncertain {
-			rwAbandon(rw.c, rw.keys, a.owner, write, a.lease, true)
+			rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
 		}
 		return nil, a.failure(err)
 	case ok:
@@ -86,7 +86,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	if err := rw.c.WaitFor(waitCtx, channel, 1, a.try); err != nil {
 		// Give up our place in the queue, and anything granted meanwhile,
 		// so that the next waiter is not held up.
-		rwAbandon(rw.c, rw.keys, a.owner, write, a.lease, true)
+		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
 		return nil, a.failure(err)
 	}
 	return a.hold(ctx)
@@ -95,11 +95,12 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 // rwAcquisition is one RLock or Lock call's first acquisition, retried while
 // waiting under one owner id (so a re-check finds what a release granted it).
 type rwAcquisition struct {
-	rw    *RWMutex
-	write bool
-	owner string
-	lease time.Duration
-	renew bool
+	rw     *RWMutex
+	write  bool
+	owner  string
+	secret string // proves grant messages to this owner (see parseWriteGrant)
+	lease  time.Duration
+	renew  bool
 	// via is the owner field of the caller's write hold (a read lock under
 	// it), and base the context that write hold was taken with.
 	via  string
@@ -115,17 +116,51 @@ type rwAcquisition struct {
 	uncertain bool
 	sawHolder bool  // Redis said the lock is taken
 	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
+
+	// queuedAt dates the last attempt that queued this owner, at the place
+	// numbered queuedArrival: a grant to that place was made after it, so a
+	// lease it grants starts later than queuedAt (see handedOff).
+	queuedAt      core.Ticket
+	queuedArrival uint64
+	// claimed: the grant message granted the lock for the claim window only
+	// (see WithClaimWindow); the hold awaits its extension.
+	claimed bool
+	// recheckBy is when the wait re-checks at the latest, as the last attempt
+	// set it: a notice that the claims of the waiters just granted lapse
+	// sooner brings it forward, never back.
+	recheckBy time.Time
 }
 
-// try makes one attempt; with w set it queues (or keeps its place) when the
-// lock is taken, and a writer tags w so that its grant can wake it by name.
+// try makes one attempt. With w set it queues (or keeps its place) when the
+// lock is taken, and tags w (a writer with its owner id, a reader with
+// readTag) so that a grant reaches it; a grant that came in since the last
+// attempt is taken without asking Redis (see handedOff).
 func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.rw.c
-	if w != nil && a.write {
-		w.SetTag(a.owner)
+	if w != nil {
+		if a.write {
+			w.SetTag(a.owner) // a new owner id discards grants to the old one
+		} else {
+			w.SetTag(readTag)
+		}
+		data := w.TakeData()
+		if a.handedOff(data) {
+			return true, 0, nil
+		}
+		if d, ok := core.ParseNotice(data, MaxClaimWindow); ok && !a.recheckBy.IsZero() {
+			// The waiters ahead were just granted the lock: re-check when
+			// their claims lapse (a drift margin later), in case they never
+			// take it up; a grant to us, if they do, wakes us before.
+			if retry := min(d+core.DriftMargin(d), time.Until(a.recheckBy)); retry > 0 {
+				a.recheckBy = time.Now().Add(retry)
+				return false, retry, nil
+			}
+		}
 	}
+	a.recheckBy = time.Time{}
 	t := c.NewTicket()
-	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, write: a.write, lease: a.lease, enqueue: w != nil, via: a.via, persist: a.persist})
+	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, secret: a.secret, write: a.write, lease: a.lease,
+		enqueue: w != nil, via: a.via, persist: a.persist})
 	if err != nil {
 		c.NoteError(err)
 		// Not the wait ending mid-call (see acquisition.try).
@@ -135,7 +170,9 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
 			// The next attempt finds what this one took. (Status 1 with an
 			// error: the script took the lock, WAIT failed; WithReplicaAck.)
+			// Only a round trip may confirm a grant from now on.
 			a.uncertain = true
+			a.queuedAt, a.queuedArrival = core.Ticket{}, 0
 		}
 		return false, 0, err
 	}
@@ -151,17 +188,52 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		a.sawHolder = true
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
+			a.queuedAt, a.queuedArrival = t, r.arrival
 			// Re-check often enough to keep our place (see Mutex).
 			retry = min(retry, recheckCap(c))
+			a.recheckBy = time.Now().Add(retry)
 		}
 		return false, retry, nil
 	case -1:
 		return false, 0, fmt.Errorf("%w: %w", ErrNotHeld, errWriteHoldGone)
 	default: // abandoned owner: never reuse it
-		a.owner = c.NewID()
+		a.owner, a.secret, a.queuedAt, a.queuedArrival = c.NewID(), newSecret(), core.Ticket{}, 0
 		return false, 0, nil
 	}
 }
+
+// handedOff reports whether a release granted the lock to this owner: a
+// message proven with our secret (data, taken from the waiter) names the
+// place our last attempt saw. The grant runs for the claim window (or the
+// lease, when shorter; see WithClaimWindow) from a moment after queuedAt,
+// which then dates the hold; when that leaves less than half the window, the
+// caller confirms with a round trip instead (rw_acquire.lua finds the hold and
+// sets its whole lease), so a hold never starts nearly expired. A WithLease
+// hold confirms a grant shorter than its lease the same way (the watchdog,
+// which extends claims, does not renew it), and so does every grant with
+// WithReplicaAck (a round trip followed by WAIT covers it). A grant to an
+// earlier place (read late) names another arrival number and is ignored.
+func (a *rwAcquisition) handedOff(data string) bool {
+	claim := a.claim()
+	if data == "" || a.queuedArrival == 0 || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > claim/2 ||
+		(claim < a.lease && !a.renew) || a.rw.c.Acking() {
+		return false
+	}
+	parse := parseReadGrant
+	if a.write {
+		parse = parseWriteGrant
+	}
+	token, ok := parse(data, a.secret, a.queuedArrival)
+	if !ok {
+		return false
+	}
+	a.ticket, a.token, a.count = a.queuedAt, token, 1
+	a.claimed = claim < a.lease
+	return true
+}
+
+// claim is how long a grant to this owner while it is queued runs for.
+func (a *rwAcquisition) claim() time.Duration { return min(a.lease, a.rw.c.Cfg.ClaimWindow) }
 
 // failure is the error of a call that ends without the lock (see
 // acquisition.failure).
@@ -218,13 +290,17 @@ func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	h.LateAttempts = a.uncertain
 	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
 		h.End(ErrUnlocked)
-		rwAbandon(rw.c, rw.keys, a.owner, a.write, a.lease, true)
+		rwAbandon(rw.c, rw.keys, a.owner, a.secret, a.write, a.lease, true)
 		if err == nil {
 			err = ErrClosed
 		}
 		return nil, rw.wrap(lockWord(a.write)+" lock", err)
 	}
-	h.Start(a.ticket)
+	if a.claimed {
+		h.StartClaimed(a.ticket, a.claim())
+	} else {
+		h.Start(a.ticket)
+	}
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
 	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: rw.c, name: name, h: h, outer: outer, base: ctx}), nil
 }
@@ -266,7 +342,7 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 			return nil, rw.wrap("re-enter "+what+" lock", err)
 		}
 		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, write, newLease, false)
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, newLease, false)
 		})
 		return nil, rw.wrap("re-enter "+what+" lock", ae)
 	}
@@ -322,7 +398,7 @@ func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, re
 	switch {
 	case err != nil:
 		ae := h.Abandon("unlock", err, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, write, lease, h.LateAttempts)
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, h.LateAttempts)
 		})
 		return rw.wrap("unlock "+what+" lock", ae)
 	case left < 0:

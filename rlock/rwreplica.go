@@ -20,13 +20,14 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 	rw := a.rw
 	c := rw.c
 	err := notReplicated(c, acked)
-	owner := a.owner
+	owner, secret := a.owner, a.secret
 	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
-		return rwAbandonScript(ctx, c, rw.keys, owner, a.write, a.lease, true)
-	}, func() { rwAbandon(c, rw.keys, owner, a.write, a.lease, true) }); uerr != nil {
+		return rwAbandonScript(ctx, c, rw.keys, owner, secret, a.write, a.lease, true)
+	}, func() { rwAbandon(c, rw.keys, owner, secret, a.write, a.lease, true) }); uerr != nil {
 		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
 	}
-	a.owner, a.uncertain = c.NewID(), false
+	a.owner, a.secret, a.uncertain = c.NewID(), newSecret(), false
+	a.queuedAt, a.queuedArrival = core.Ticket{}, 0
 	a.sawHolder, a.lastErr = false, err
 	if c.Cfg.ReplicaAckRetry && w != nil {
 		return false, ackRetryIn, nil
@@ -51,7 +52,7 @@ func (rw *RWMutex) reentryUnacked(ctx context.Context, h *core.Hold, write bool,
 	switch {
 	case uerr != nil:
 		ae := h.Abandon("re-enter", uerr, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, write, lease, false)
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, false)
 		})
 		return rw.wrap("re-enter "+what+" lock", fmt.Errorf("%w; taking it back: %w", err, ae))
 	case left < 1:

@@ -2,7 +2,12 @@ package rlock
 
 import (
 	"context"
+	"crypto/sha1"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -22,7 +27,7 @@ type rwKeys struct {
 	waiters string // zset: waiter entry -> deadline
 	seq     string // arrival counter
 	fence   string // fencing counter
-	readCh  string // readers granted together are woken here
+	readCh  string // readers granted together are told so here (see readTag)
 	// grants is this Client's grant channel, where its writers are woken;
 	// grantPrefix is that of every Client.
 	grants      string
@@ -68,6 +73,7 @@ func modeArg(write bool) string {
 // rwAcquireArgs is one call of rw_acquire.lua.
 type rwAcquireArgs struct {
 	owner   string
+	secret  string // the waiter's secret, part of its queue entry
 	write   bool
 	lease   time.Duration
 	enqueue bool   // join (or stay in) the queue when not acquired
@@ -84,6 +90,9 @@ type rwAcquireReply struct {
 	token  uint64
 	count  int64
 	wait   int64 // ms worth waiting before re-checking, -1: no expiry
+	// arrival is the arrival number of the place a queued attempt holds (0:
+	// it did not queue): only a grant naming it was made after the attempt.
+	arrival uint64
 	// acked is how many replicas acknowledged an acquisition (WAIT, with
 	// WithReplicaAck; -1 when none was asked).
 	acked int64
@@ -93,8 +102,8 @@ func parseRWAcquireReply(vals []int64) (rwAcquireReply, error) {
 	switch {
 	case len(vals) == 3 && vals[0] == 1 && vals[1] >= 0 && vals[2] >= 1:
 		return rwAcquireReply{status: 1, token: uint64(vals[1]), count: vals[2]}, nil
-	case len(vals) == 2 && vals[0] == 0 && vals[1] >= -1:
-		return rwAcquireReply{wait: vals[1]}, nil
+	case len(vals) == 3 && vals[0] == 0 && vals[1] >= -1 && vals[2] >= 0:
+		return rwAcquireReply{wait: vals[1], arrival: uint64(vals[2])}, nil
 	case len(vals) == 1 && (vals[0] == -1 || vals[0] == -2):
 		return rwAcquireReply{status: vals[0]}, nil
 	}
@@ -107,8 +116,8 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 		latch = k.latch(a.reentry)
 	}
 	keys := k.with(k.tombstone(a.owner), latch)
-	args := []string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(waiterLease(c)),
-		publishCommand(ctx, c), k.readCh, k.grantPrefix, a.via, latchLifetime(c)}
+	args := []string{a.owner, modeArg(a.write), ms(a.lease), flag(a.reentry != ""), flag(a.enqueue), ms(recheckCap(c)),
+		publishCommand(ctx, c), k.readCh, k.grantPrefix, a.via, latchLifetime(c), ms(c.Cfg.ClaimWindow), a.secret}
 	if c.Acking() {
 		// WithReplicaAck: WAIT after an acquisition, on its connection. A
 		// grant written by a releaser is covered too: rw_acquire.lua, which
@@ -153,17 +162,20 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 	return vals[0], nil
 }
 
-func rwAbandonScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, lease time.Duration, tombstone bool) error {
+// rwAbandonScript runs rw_abandon.lua for owner, queued (if at all) with
+// lease and secret ("-" for a hold that never queued under its owner field).
+func rwAbandonScript(ctx context.Context, c *core.Client, k rwKeys, owner, secret string, write bool, lease time.Duration, tombstone bool) error {
 	return lua.RWAbandon.Exec(ctx, c.RC, k.with(k.tombstone(owner)),
-		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand(ctx, c), k.readCh, k.grantPrefix}).Error()
+		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand(ctx, c), k.readCh, k.grantPrefix,
+			ms(c.Cfg.ClaimWindow), secret}).Error()
 }
 
 // rwAbandon makes sure owner neither holds nor waits, in the background: the
 // outcome of its acquisition is unknown, or it stops waiting.
-func rwAbandon(c *core.Client, k rwKeys, owner string, write bool, lease time.Duration, tombstone bool) {
+func rwAbandon(c *core.Client, k rwKeys, owner, secret string, write bool, lease time.Duration, tombstone bool) {
 	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
 		_ = core.RetryTransient(ctx, func() error {
-			err := rwAbandonScript(ctx, c, k, owner, write, lease, tombstone)
+			err := rwAbandonScript(ctx, c, k, owner, secret, write, lease, tombstone)
 			c.NoteError(err)
 			return err
 		})
@@ -188,4 +200,66 @@ func rwRenewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) 
 		args = append(args, h.Owner)
 	}
 	return keys, args
+}
+
+// readTag is the tag every reader waiter of an RWMutex takes on the lock's
+// read channel (RW_READ_TAG in rw_lib.lua): readers granted together are
+// told so by one message addressed to it, in which each finds its own proof,
+// and the readers left at the head of the queue are told when those grants'
+// claims lapse. No owner id is spelt so.
+const readTag = "r"
+
+// parseWriteGrant decodes the data of a message granting the write lock to a
+// queued writer (see rw_lib.lua): "token:arrival:mac", the writer's fencing
+// token and the arrival number of the place it was granted to, which must be
+// arrival, the place the writer's last check saw; mac must be
+// sha1hex(secret:token:arrival) for the writer's secret. Anyone may publish on
+// the channel; without the secret no one can forge a grant or alter it.
+func parseWriteGrant(data, secret string, arrival uint64) (token uint64, ok bool) {
+	fields := strings.SplitN(data, ":", 3)
+	if len(fields) != 3 {
+		return 0, false
+	}
+	return checkRWGrant(fields[0], fields[1], fields[2], secret, arrival)
+}
+
+// parseReadGrant finds in the data of a message granting the read lock to
+// readers queued together (see rw_lib.lua), "token arrival:mac arrival:mac
+// ...", the proof for the place arrival, which the reader's last check saw,
+// and checks it as parseWriteGrant does. ok is false when the message grants
+// nothing to that place (the reader was not in the batch) or does not prove it.
+func parseReadGrant(data, secret string, arrival uint64) (token uint64, ok bool) {
+	tok, proofs, found := strings.Cut(data, " ")
+	if !found || arrival == 0 {
+		return 0, false
+	}
+	a := strconv.FormatUint(arrival, 10)
+	for proofs != "" {
+		var proof string
+		proof, proofs, _ = strings.Cut(proofs, " ")
+		if at, mac, _ := strings.Cut(proof, ":"); at == a {
+			return checkRWGrant(tok, at, mac, secret, arrival)
+		}
+	}
+	return 0, false
+}
+
+// checkRWGrant checks the fields of one grant: decimal token and arrival
+// number (the expected one), and mac = sha1hex(secret:token:arrival).
+func checkRWGrant(tok, at, mac, secret string, arrival uint64) (uint64, bool) {
+	if len(tok) == 0 || len(tok) > 20 || len(at) == 0 || len(at) > 20 || len(mac) != 2*sha1.Size {
+		return 0, false
+	}
+	token, err1 := strconv.ParseUint(tok, 10, 64)
+	n, err2 := strconv.ParseUint(at, 10, 64)
+	if err1 != nil || err2 != nil || token == 0 || arrival == 0 || n != arrival {
+		return 0, false
+	}
+	sum := sha1.Sum([]byte(secret + ":" + tok + ":" + at))
+	var want [2 * sha1.Size]byte
+	hex.Encode(want[:], sum[:])
+	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
+		return 0, false
+	}
+	return token, true
 }

@@ -123,12 +123,8 @@ func parseGrant(data, secret string) (g grant, ok bool) {
 // recheckCap is the longest a queued waiter waits before re-checking: sooner
 // than the holder's lease end only behind a lock with no expiry or a long one.
 // Redis keeps its place for a grace period past the re-check it planned (see
-// mutex_lib.lua).
+// mutex_lib.lua and rw_lib.lua).
 func recheckCap(c *core.Client) time.Duration { return c.Cfg.WatchdogTimeout * 4 / 5 }
-
-// waiterLease is how long a queued RWMutex waiter keeps its place without
-// re-checking.
-func waiterLease(c *core.Client) time.Duration { return 2 * c.Cfg.WatchdogTimeout }
 
 // acquireArgs is one call of acquire.lua.
 type acquireArgs struct {

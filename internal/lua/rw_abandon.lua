@@ -16,6 +16,8 @@
 -- ARGV[5]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[6]    read channel
 -- ARGV[7]    grant channel prefix
+-- ARGV[8]    its claim window in milliseconds, and
+-- ARGV[9]    its secret: with ARGV[2] and ARGV[3], its queue entry (see rw_lib.lua)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise; a
 -- NOPERM error when the user may not set the lock's expiry (nothing changed).
@@ -27,7 +29,7 @@ end
 if ARGV[4] == '1' then
   redis.call('SET', KEYS[8], 1, 'PX', lease)
 end
-rw_dequeue(mode .. '/' .. lease .. '/' .. owner)
+rw_dequeue(rw_entry(mode, lease, ARGV[8], ARGV[9], owner))
 local held = 0
 if mode == 'w' then
   if redis.call('HEXISTS', KEYS[1], owner) == 1 then

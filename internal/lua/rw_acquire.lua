@@ -2,18 +2,21 @@
 -- queue for it (see rw_lib.lua for the keys and for how writer preference is
 -- kept). One script for the first attempt and every re-check of a waiter: a
 -- re-check finds the hold a release granted to the waiter while it was
--- queued (and sets its lease afresh), or keeps its place in the queue.
+-- queued (and sets its lease afresh), or keeps its place in the queue. (A
+-- waiter usually takes a grant from its message instead, see rw_lib.lua.)
 --
 -- KEYS[1..7] the RWMutex keys (see rw_lib.lua)
 -- KEYS[8]    tombstone of this owner field, written by rw_abandon.lua
 -- KEYS[9]    re-entry only: result latch of this request (same hash tag)
 -- ARGV[1]    owner field (client id ":" hold id)
 -- ARGV[2]    "r" for the read lock, "w" for the write lock
--- ARGV[3]    lease in milliseconds (also the lease a queued waiter is granted)
+-- ARGV[3]    lease in milliseconds (also the lease a queued waiter asks to be
+--            granted, see ARGV[12])
 -- ARGV[4]    "1" to re-enter an existing hold of this owner, "0" otherwise
 -- ARGV[5]    "1" to join (or stay in) the queue when not acquired, "0" not to
--- ARGV[6]    waiter lease in milliseconds: how long a queued waiter keeps its
---            place without re-checking
+-- ARGV[6]    the longest a queued waiter waits before re-checking (ms; it
+--            re-checks sooner when the holders' leases end sooner): its place
+--            lapses its lease (2s at least) later (see rw_grace)
 -- ARGV[7]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[8]    read channel: readers granted together are woken there
 -- ARGV[9]    grant channel prefix: a writer granted the lock is woken on it
@@ -21,6 +24,11 @@
 -- ARGV[10]   read lock only: the owner field of a write hold of the caller,
 --            or '': a writer may take the read lock whoever waits
 -- ARGV[11]   re-entry only: latch lifetime in milliseconds
+-- ARGV[12]   this waiter's claim window in milliseconds, part of its queue
+--            entry: a grant made to it while queued runs for the shorter of
+--            it and the lease (see rw_lib.lua)
+-- ARGV[13]   this waiter's secret (hex), part of its queue entry: a grant
+--            message proves itself with it (see rw_lib.lua)
 --
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached.
@@ -29,9 +37,12 @@
 --   {1, token, count}  acquired (or found granted to this owner); token is the
 --                      fencing token (a writer's own; a reader gets the last
 --                      writer's), count the hold count; a re-entry's token is 0
---   {0, wait}          not acquired; wait is how long (ms) a waiter may sleep
+--   {0, wait, arrival} not acquired; wait is how long (ms) a waiter may sleep
 --                      before something may change without a message (see
---                      rw_wait), -1 when the writer hash has no expiry
+--                      rw_wait), -1 when the writer hash has no expiry; arrival
+--                      the arrival number of the caller's place in the queue
+--                      (0 when it did not queue): a grant message naming
+--                      another was made to an earlier place and is stale
 --   {-1}               a re-entry of a hold that is gone, or a read lock under
 --                      a write hold (ARGV[10]) that is gone
 --   {-2}               this owner field was abandoned
@@ -115,7 +126,7 @@ mine = held()
 if mine then
   return mine
 end
-local entry = mode .. '/' .. lease .. '/' .. owner
+local entry = rw_entry(mode, lease, ARGV[12], ARGV[13], owner)
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
   if mode == 'r' then
     rw_grant_reader(now, owner, lease)
@@ -126,14 +137,22 @@ if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
   end
 end
 
+local wait = rw_wait(now)
+local arrival = 0
 if ARGV[5] == '1' then
-  if not redis.call('ZSCORE', KEYS[4], entry) then
-    redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[6]), entry)
+  arrival = tonumber(redis.call('ZSCORE', KEYS[4], entry))
+  if not arrival then
+    arrival = rw_arrival()
+    redis.call('ZADD', KEYS[4], arrival, entry)
   end
-  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[6]), entry)
+  local recheck = tonumber(ARGV[6])
+  if wait >= 0 then
+    recheck = math.min(wait, recheck)
+  end
+  redis.call('ZADD', KEYS[5], now + recheck + rw_grace(lease), entry)
   local last = tonumber(redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]) + 1
   for i = 4, 6 do
     redis.call('PEXPIREAT', KEYS[i], last)
   end
 end
-return {0, rw_wait(now)}
+return {0, wait, arrival}

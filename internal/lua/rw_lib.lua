@@ -16,8 +16,13 @@
 --           waiter that stops re-checking loses its place when it passes
 --   KEYS[6] arrival counter
 --   KEYS[7] fencing counter
--- A waiter's entry is mode .. '/' .. lease .. '/' .. owner: mode 'r' or 'w',
--- and the lease (ms) it is granted with when the queue reaches it.
+-- A waiter's entry is mode .. '/' .. lease .. '/' .. claim .. '/' .. secret ..
+-- '/' .. owner: mode 'r' or 'w', the lease (ms) it asked for, its claim window
+-- (ms: a grant made to it while it waits runs for the shorter of the two, see
+-- Claims below), and a random hex secret known only to the waiter and to
+-- whoever may read the queue key. The arrival counter restarts from the
+-- server clock, not from 1, when it is missing (rw_arrival), so that a place
+-- in the queue is never given an arrival number another place had.
 --
 -- Writer preference: a new reader enters only when no writer holds the lock
 -- and no one is queued; a writer only when no one holds it and no one is
@@ -25,12 +30,31 @@
 -- reader that comes after it out. When the lock becomes free for the head of
 -- the queue (rw_serve, run by every script), a head writer is granted the lock
 -- once no reader holds; a head reader is granted it together with every reader
--- queued behind it up to the next writer, and those readers are woken by one
--- message on the read channel (a batch: they confirm with a re-check, which
--- finds their hold). A writer is woken on its own Client's grant channel.
--- Nothing is granted by a message: a waiter only learns from it that it may
--- re-check. A grant that no subscriber hears (the waiters' Clients are gone)
--- is undone at once, and the next waiter served.
+-- queued behind it up to the next writer, and those readers are told so by
+-- one message on the read channel, addressed to the tag every reader waiter
+-- of the lock takes (RW_READ_TAG):
+--   '@' .. RW_READ_TAG .. ' ' .. token .. ' ' .. arrival .. ':' .. mac .. ' ' ..
+--   arrival .. ':' .. mac ...
+-- one arrival:mac pair per reader granted (its place's arrival number), all
+-- sharing the token of the last writer. A writer is told on its own Client's
+-- grant channel: '@' .. owner .. ' ' .. token .. ':' .. arrival .. ':' .. mac.
+-- mac is sha1hex(secret .. ':' .. token .. ':' .. arrival) for the secret of
+-- the waiter's entry: anyone may publish on the channels, but only Redis (or a
+-- reader of the queue key) can prove a grant. A waiter trusts one only for the
+-- place its last check saw (the same arrival number), so a grant read late
+-- from an earlier place is not taken for a new one. A grant that no
+-- subscriber hears (the waiters' Clients are gone) is undone at once, and the
+-- next waiter served.
+--
+-- Claims: a grant runs for the waiter's claim window, not its whole lease,
+-- when that is shorter: the Client that receives it extends it to the lease
+-- with its next renewal (batched), and a waiter paused or stuck with its
+-- connection open (PUBLISH counts it as a receiver) holds the lock for the
+-- claim window only. The waiter left at the head is then told '@' .. owner ..
+-- ' ~' .. ms on its Client's grant channel (a writer) or '@' ..
+-- RW_READ_TAG .. ' ~' .. ms on the read channel (readers), so that it
+-- re-checks when the claim lapses; only when it planned to re-check later
+-- than that (see rw_notice).
 --
 -- Expiry: the writer hash expires with the writer's lease; the readers zset
 -- and counts hash with their last reader's lease; the queue zsets and arrival
@@ -41,16 +65,47 @@
 local RW_FENCE_IDLE_MS = 3600000
 -- Bounds the waiters one script serves, so that no script runs long.
 local RW_SERVE_MAX = 100
+-- The tag of every reader waiter of a lock on its read channel (see
+-- pubsub.Waiter.SetTag): no owner field is spelt so.
+local RW_READ_TAG = 'r'
 
 local function rw_dequeue(entry)
   redis.call('ZREM', KEYS[4], entry)
   redis.call('ZREM', KEYS[5], entry)
 end
 
--- Splits an entry into mode, lease and owner; nil for one this version did
--- not write.
+local function rw_entry(mode, lease, claim, secret, owner)
+  return mode .. '/' .. lease .. '/' .. claim .. '/' .. secret .. '/' .. owner
+end
+
+-- Splits an entry into mode, lease, claim window, secret and owner; nil for
+-- one this version did not write.
 local function rw_parse(entry)
-  return string.match(entry, '^([rw])/(%d+)/(.+)$')
+  local mode, lease, claim, secret, owner = string.match(entry, '^([rw])/(%d+)/(%d+)/(%x+)/(.+)$')
+  if not mode or tonumber(lease) <= 0 or tonumber(claim) <= 0 then
+    return nil
+  end
+  return mode, tonumber(lease), tonumber(claim), secret, owner
+end
+
+-- How long past its planned re-check a waiter keeps its place (ms): its lease,
+-- 2s at least, as for the Mutex (see mutex_grace). The waiter deadlines zset
+-- holds both at once; rw_notice reads the planned re-check back.
+local function rw_grace(lease)
+  return math.max(tonumber(lease), 2000)
+end
+
+-- A new arrival number. A missing counter starts from the server clock in
+-- microseconds (at millisecond precision), above every number it issued
+-- before as long as the clock rises and fewer than a million places a second
+-- are taken: no two places ever share one (see the top of this file).
+local function rw_arrival()
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    return redis.call('INCR', KEYS[6])
+  end
+  local first = now_ms() * 1000
+  redis.call('SET', KEYS[6], string.format('%d', first))
+  return first
 end
 
 -- A new fencing token (bump) or the counter as it is (readers share the last
@@ -136,60 +191,106 @@ local function rw_head(now)
   return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 end
 
+-- Tells the waiter now at the head that the grants just made run for claimed
+-- ms only (their claim windows, see the top of this file), so that it
+-- re-checks when they lapse rather than when it planned to; only when it
+-- planned to re-check later than that, read back from its deadline (see
+-- rw_grace), which is brought forward to match. self (the caller) is not
+-- told: it learns what holds from its own reply.
+local function rw_notice(now, self, claimed, publish, readch, grants)
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local mode, lease, _, _, owner = rw_parse(head or '')
+  if not mode or owner == self then
+    return
+  end
+  local by = now + claimed + rw_grace(lease)
+  if tonumber(redis.call('ZSCORE', KEYS[5], head) or by) > by then
+    if mode == 'w' then
+      lock_publish(publish, mutex_grant_channel(grants, owner), string.format('@%s ~%d', owner, claimed))
+    else
+      lock_publish(publish, readch, string.format('@%s ~%d', RW_READ_TAG, claimed))
+    end
+    redis.call('ZADD', KEYS[5], 'XX', by, head)
+  end
+end
+
 -- Serves the head of the queue while the lock is free for it (see the top of
--- this file). self is the calling owner: a grant to it is not announced.
--- publish is PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read channel, grants the grant
--- channel prefix. Call rw_reclaim first.
+-- this file). self is the calling owner: a grant to it is not announced, and
+-- runs for its whole lease once the caller finds it. publish is PUBLISH,
+-- SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read channel, grants
+-- the grant channel prefix. Call rw_reclaim first.
 local function rw_serve(now, self, publish, readch, grants)
+  local claimed -- the shortest claim window granted to others, if any
   for _ = 1, RW_SERVE_MAX do
     if redis.call('EXISTS', KEYS[1]) == 1 then
-      return
+      break
     end
     local head = rw_head(now)
     if not head then
-      return
+      break
     end
-    local mode, lease, owner = rw_parse(head)
+    local mode, lease, claim, secret, owner = rw_parse(head)
     if not mode then
       rw_dequeue(head) -- not written by this version
     elseif mode == 'w' then
       if redis.call('ZCARD', KEYS[2]) > 0 then
-        return -- readers hold: the last to leave serves the writer
+        break -- readers hold: the last to leave serves the writer
       end
+      local arrival = tonumber(redis.call('ZSCORE', KEYS[4], head))
       rw_dequeue(head)
-      rw_grant_writer(owner, lease)
+      local ttl = math.min(lease, claim)
+      local token = rw_grant_writer(owner, ttl)
       if owner == self then
-        return
+        break
       end
-      if lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner) > 0 then
-        return
+      -- %d: a number concatenated as is may print as 1.7e+15.
+      local grant = string.format('%d:%d', token, arrival)
+      if lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant)) > 0 then
+        if ttl < lease then
+          claimed = ttl
+        end
+        break
       end
       -- No one heard it: the writer's Client is gone. Undone (the token stays
       -- spent, so tokens still rise); next one.
       redis.call('DEL', KEYS[1])
     else
       -- The readers at the head, up to the next writer, enter together.
-      local batch = redis.call('ZRANGE', KEYS[4], 0, RW_SERVE_MAX - 1)
-      local others = {}
-      for _, entry in ipairs(batch) do
-        local m, l, o = rw_parse(entry)
+      local batch = redis.call('ZRANGE', KEYS[4], 0, RW_SERVE_MAX - 1, 'WITHSCORES')
+      local others, proofs, shortest, token = {}, {}, nil, nil
+      for i = 1, #batch, 2 do
+        local m, l, c, secret, o = rw_parse(batch[i])
         if m ~= 'r' then
           break
         end
-        rw_dequeue(entry)
-        rw_grant_reader(now, o, l)
+        rw_dequeue(batch[i])
+        local ttl = math.min(l, c)
+        rw_grant_reader(now, o, ttl)
         if o ~= self then
+          token = token or string.format('%d', rw_token(false))
+          local arrival = string.format('%d', tonumber(batch[i + 1]))
           others[#others + 1] = o
+          proofs[#proofs + 1] = arrival .. ':' .. redis.sha1hex(secret .. ':' .. token .. ':' .. arrival)
+          if ttl < l then
+            shortest = math.min(shortest or ttl, ttl)
+          end
         end
       end
-      if #others == 0 or lock_publish(publish, readch, '*') > 0 then
-        return
+      if #others == 0 then
+        break
+      end
+      if lock_publish(publish, readch, '@' .. RW_READ_TAG .. ' ' .. token .. ' ' .. table.concat(proofs, ' ')) > 0 then
+        claimed = shortest
+        break
       end
       -- No one heard it: every reader's Client is gone. Undone; next one.
       for _, o in ipairs(others) do
         rw_drop_reader(o)
       end
     end
+  end
+  if claimed then
+    rw_notice(now, self, claimed, publish, readch, grants)
   end
 end
 
