@@ -115,3 +115,75 @@ func FuzzParseAcquireReply(f *testing.F) {
 		}
 	})
 }
+
+func TestParseRWAcquireReply(t *testing.T) {
+	good := []struct {
+		in   []int64
+		want rwAcquireReply
+	}{
+		{[]int64{1, 7, 1}, rwAcquireReply{status: 1, token: 7, count: 1}},
+		{[]int64{1, 0, 3}, rwAcquireReply{status: 1, count: 3}},
+		{[]int64{0, 1500, 0}, rwAcquireReply{wait: 1500}},
+		{[]int64{0, -1, 1795339258522000}, rwAcquireReply{wait: -1, arrival: 1795339258522000}},
+		{[]int64{-1}, rwAcquireReply{status: -1}},
+		{[]int64{-2}, rwAcquireReply{status: -2}},
+	}
+	for _, tc := range good {
+		if got, err := parseRWAcquireReply(tc.in); err != nil || got != tc.want {
+			t.Errorf("parseRWAcquireReply(%v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 0}, {1, -1, 1}, {0, 5}, {0, -2, 0}, {0, 5, -1}, {0, 5, 1, 1}, {-3}, {2, 1, 1}} {
+		if got, err := parseRWAcquireReply(in); err == nil {
+			t.Errorf("parseRWAcquireReply(%v) = %+v, want an error", in, got)
+		}
+	}
+}
+
+// rwProof is what rw_lib.lua sends a waiter with secret for its place
+// arrival, granted under token: "arrival:mac".
+func rwProof(secret, token, arrival string) string {
+	sum := sha1.Sum([]byte(secret + ":" + token + ":" + arrival))
+	return arrival + ":" + hex.EncodeToString(sum[:])
+}
+
+func TestParseWriteGrant(t *testing.T) {
+	const secret = "00112233445566778899aabbccddeeff"
+	grant := func(token, arrival string) string { return token + ":" + rwProof(secret, token, arrival) }
+	if tok, ok := parseWriteGrant(grant("42", "1795339258522001"), secret, 1795339258522001); !ok || tok != 42 {
+		t.Errorf("a good grant: %d, %v", tok, ok)
+	}
+	for _, in := range []string{"", "~3000", "42", "42:7", grant("0", "7"), grant("-1", "7"), grant("x", "7"), grant("42", "8"),
+		grant("42", "07"), grant("42", "+7"), grant("18446744073709551616", "7"), grant("42", ""), grant("", "7")} {
+		if tok, ok := parseWriteGrant(in, secret, 7); ok {
+			t.Errorf("parseWriteGrant(%q) = %d: accepted", in, tok)
+		}
+	}
+	// Without the secret no grant can be made, nor what it says changed.
+	good := grant("42", "7")
+	for _, in := range []string{"42:7:" + strings.Repeat("0", 40), "42:" + rwProof("another secret", "42", "7"),
+		strings.Replace(good, "42:", "43:", 1), strings.ToUpper(good)} {
+		if tok, ok := parseWriteGrant(in, secret, 7); ok {
+			t.Errorf("parseWriteGrant(%q) = %d: a forged grant was accepted", in, tok)
+		}
+	}
+	if _, ok := parseWriteGrant(good, secret, 0); ok {
+		t.Error("a grant was accepted by a waiter whose place is unknown")
+	}
+}
+
+func TestParseReadGrant(t *testing.T) {
+	const mine, other = "00112233445566778899aabbccddeeff", "ffeeddccbbaa99887766554433221100"
+	batch := "42 " + rwProof(other, "42", "5") + " " + rwProof(mine, "42", "7") + " " + rwProof(other, "42", "70")
+	for arrival, want := range map[uint64]bool{7: true, 5: false, 70: false, 8: false, 0: false} {
+		if tok, ok := parseReadGrant(batch, mine, arrival); ok != want || ok && tok != 42 {
+			t.Errorf("place %d: parseReadGrant = %d, %v; want a grant: %v", arrival, tok, ok, want)
+		}
+	}
+	for _, in := range []string{"", "~3000", "42", "42 ", "42 7", "42 7:", "0 " + rwProof(mine, "0", "7"), "43 " + rwProof(mine, "42", "7"),
+		"42 " + rwProof(other, "42", "7"), "42 " + strings.ToUpper(rwProof(mine, "42", "7")), "42:" + rwProof(mine, "42", "7")} {
+		if tok, ok := parseReadGrant(in, mine, 7); ok {
+			t.Errorf("parseReadGrant(%q) = %d: accepted", in, tok)
+		}
+	}
+}

@@ -244,15 +244,15 @@ func parseReadGrant(data, secret string, arrival uint64) (token uint64, ok bool)
 	return 0, false
 }
 
-// checkRWGrant checks the fields of one grant: decimal token and arrival
-// number (the expected one), and mac = sha1hex(secret:token:arrival).
+// checkRWGrant checks the fields of one grant: a decimal token, the expected
+// arrival number as rw_lib.lua writes it, and mac =
+// sha1hex(secret:token:arrival).
 func checkRWGrant(tok, at, mac, secret string, arrival uint64) (uint64, bool) {
-	if len(tok) == 0 || len(tok) > 20 || len(at) == 0 || len(at) > 20 || len(mac) != 2*sha1.Size {
+	if len(tok) == 0 || len(tok) > 20 || len(mac) != 2*sha1.Size || arrival == 0 || at != strconv.FormatUint(arrival, 10) {
 		return 0, false
 	}
-	token, err1 := strconv.ParseUint(tok, 10, 64)
-	n, err2 := strconv.ParseUint(at, 10, 64)
-	if err1 != nil || err2 != nil || token == 0 || arrival == 0 || n != arrival {
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || token == 0 {
 		return 0, false
 	}
 	sum := sha1.Sum([]byte(secret + ":" + tok + ":" + at))
