@@ -191,21 +191,22 @@ func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) { c.watchdogTimeout = d }
 }
 
-// WithClaimWindow sets how long a Mutex lock handed to a queued waiter of
-// this Client is granted for in Redis before the Client takes it up. A
-// release hands the lock to the head of the queue directly; the grant runs
-// for the claim window (or the lease, when shorter), and the Client that
-// receives it extends it to the full lease with an early renewal, batched
-// with the others due then, a third of the window later (a hold released
-// before then costs nothing more). A waiter that is handed the lock but
-// cannot take it up (its process is paused, or stuck with its connection
-// open) thus holds the queue up for the claim window, not a lease; the
-// waiter queued behind it is told to re-check when the window lapses. A hold
-// whose extension does not land in time ends with ErrLeaseLost, as a lease
-// that runs out does. WithLease holds handed the lock confirm it with one
-// round trip on receipt, which sets their full lease. Default
-// DefaultClaimWindow (3s); allowed MinClaimWindow (300ms) to MaxClaimWindow
-// (1m).
+// WithClaimWindow sets how long a lock handed to a queued waiter of this
+// Client is granted for in Redis before the Client takes it up: a Mutex, or
+// an RWMutex's write lock granted to a writer or read lock granted to readers
+// admitted together. A release hands the lock to the head of the queue
+// directly; the grant runs for the claim window (or the lease, when
+// shorter), and the Client that receives it extends it to the full lease
+// with an early renewal, batched with the others due then, a third of the
+// window later (a hold released before then costs nothing more). A waiter
+// that is handed the lock but cannot take it up (its process is paused, or
+// stuck with its connection open) thus holds the queue up for the claim
+// window, not a lease; the waiter queued behind it is told to re-check when
+// the window lapses. A hold whose extension does not land in time ends with
+// ErrLeaseLost, as a lease that runs out does. WithLease holds handed the
+// lock confirm it with one round trip on receipt, which sets their full
+// lease. Default DefaultClaimWindow (3s); allowed MinClaimWindow (300ms) to
+// MaxClaimWindow (1m).
 func WithClaimWindow(d time.Duration) Option {
 	return func(c *config) { c.claimWindow = d }
 }

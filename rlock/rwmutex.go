@@ -42,16 +42,26 @@ import (
 // readers cannot starve writers. When the lock becomes free for the head of
 // the queue, the script that freed it grants it in the same step: to a writer
 // at the head once no reader holds, or to every reader from the head up to the
-// next writer, who enter together. A write release thus wakes all the readers
+// next writer, who enter together. A write release thus tells all the readers
 // it admits with one message (on the lock's read channel), and the last read
-// release wakes one writer (on its Client's grant channel). A message only
-// wakes; a woken waiter confirms its grant with one round trip, so a message
-// grants nothing Redis did not. Every wait is also bounded by the lease of the
-// holders (the writer's, or the earliest reader's), so a lost message costs
-// at most one lease. A grant that no process hears (the waiters' Clients are
-// gone) is undone at once and the next waiter served; a reader whose Client
-// is gone but who is admitted together with live readers holds its read lock
-// for one lease, as a crashed reader does.
+// release tells one writer (on its Client's grant channel). As with Mutex,
+// the message carries the grant, proven with a secret of each waiter's queue
+// entry, so a waiter holds the lock without a further round trip, and no one
+// without the secret can make it believe it does.
+// A grant runs for the waiter's claim window (WithClaimWindow, 3s by
+// default) until its Client extends it to the lease with an early renewal
+// batched with the watchdog's; a waiter whose last check is more than half a
+// window old, or that asked for a WithLease hold, confirms the grant with one
+// round trip instead. Every wait is also bounded by the lease of the holders
+// (the writer's, or the earliest reader's), so a lost message costs at most
+// one lease (a waiter whose re-check comes after its grant's claim window
+// lapsed finds the lock gone on, and queues again at the back). A grant that
+// no process hears (the waiters' Clients are gone) is undone at once and the
+// next waiter served. A waiter granted the lock that cannot take it up (its
+// process hung with its connections open, or gone while live readers
+// admitted with it heard the message) holds it for its claim window only,
+// and the waiter queued next is told to re-check when that window lapses: it
+// holds the queue up for seconds, not a lease.
 //
 // # Fencing
 //

@@ -12,8 +12,10 @@
 --           next script that looks (rw_reclaim)
 --   KEYS[3] reader counts hash: owner field -> read hold count
 --   KEYS[4] queue zset: entry -> arrival number (FIFO order)
---   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms); a
---           waiter that stops re-checking loses its place when it passes
+--   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms): the
+--           time by which the waiter said it re-checks at the latest, plus
+--           rw_grace; a waiter that stops re-checking loses its place when
+--           it passes
 --   KEYS[6] arrival counter
 --   KEYS[7] fencing counter
 -- A waiter's entry is mode .. '/' .. lease .. '/' .. claim .. '/' .. secret ..
