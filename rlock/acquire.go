@@ -537,10 +537,10 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 // re-entry of unknown outcome.
 func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
 	err := notReplicated(m.c, acked)
-	requestID := m.c.NewID()
+	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successorPlace{}, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, successorPlace{}, false)
 		m.c.NoteError(e)
 		return e
 	})

@@ -148,7 +148,7 @@ func (ml *MultiLock) Unlock(lockCtx context.Context) error {
 	var errs []error
 	for i := len(mh.holds) - 1; i >= 0; i-- {
 		m := ml.mutexes[i]
-		if err := m.release(lockCtx, mh.holds[i], m.c.NewID(), true); err != nil {
+		if err := m.release(lockCtx, mh.holds[i], newRequest(m.c), true); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -504,10 +504,10 @@ func (qm *QuorumMutex) releaseOn(ctx context.Context, c *core.Client, h *core.Ho
 	h.BeginRelease()
 	defer h.EndRelease()
 	lease, _ := h.Lease()
-	id := c.NewID()
+	req := newRequest(c)
 	var r releaseReply
 	err = core.RetryTransient(ctx, func() (err error) {
-		r, err = releaseScript(ctx, c, qm.keys, h.Owner, id, lease, successorPlace{}, false)
+		r, err = releaseScript(ctx, c, qm.keys, h.Owner, req, lease, successorPlace{}, false)
 		c.NoteError(err)
 		return err
 	})

@@ -34,12 +34,12 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if h == nil {
 		return fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
 	}
-	return m.release(lockCtx, h, m.c.NewID(), true)
+	return m.release(lockCtx, h, newRequest(m.c), true)
 }
 
 // release releases one level of h. mayPark lets the final level keep the lock
 // for a moment for this Client's next Lock (see cohorts.park).
-func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string, mayPark bool) error {
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mayPark bool) error {
 	h.Serial.Lock()
 	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
@@ -74,7 +74,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 		t := h.Send(lease)
 		var r releaseReply
 		err := core.RetryTransient(ctx, func() (err error) {
-			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, place, h.LateAttempts)
+			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, place, h.LateAttempts)
 			m.c.NoteError(err)
 			return err
 		})
@@ -98,7 +98,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 				return nil
 			}
 			m.t.dissolve(m.name, h)
-			requestID = m.c.NewID()
+			req = newRequest(m.c)
 			continue
 		case r.kept:
 			return m.wrap("unlock", fmt.Errorf("unexpected reply: lock kept without a successor"))
@@ -187,5 +187,5 @@ func (m *Mutex) handOn(p *cohortPass) {
 	h.StartFrom(p.until, p.epoch)
 	h.AwaitExtension(p.claim)
 	m.t.adopt(m.name, h)
-	_ = m.release(context.Background(), h, m.c.NewID(), false)
+	_ = m.release(context.Background(), h, newRequest(m.c), false)
 }
