@@ -142,9 +142,10 @@ func checkNoDenials(t *testing.T, ctx context.Context, srv *redistest.Server, al
 // says its rule covers: Mutex hand-offs between Clients (the waiter queued in
 // Redis and woken on its grant channel), re-entry, TryLock, inspection,
 // contention, a hold renewed by the watchdog past its lease, ForceUnlock,
-// FairMutex, RWMutex, MultiLock, and a semaphore handing its permit to a
-// waiter of the other Client. admin is a client of the default user, for
-// watching the queues in Redis.
+// FairMutex, RWMutex, MultiLock, a semaphore handing its permit to a waiter
+// of the other Client, and SetLimit. admin is a client of the default user,
+// for watching the queues in Redis. (lockResult, of claim_test.go, carries
+// what calls made in goroutines returned.)
 func aclWorkload(t *testing.T, ctx context.Context, admin rueidis.Client, a, b *rlock.Client) {
 	t.Helper()
 	queued := func(key string) {
@@ -331,6 +332,9 @@ func aclWorkload(t *testing.T, ctx context.Context, admin rueidis.Client, a, b *
 	}
 	if err := sb.Release(receive("Acquire of the waiter", got)); err != nil {
 		t.Fatalf("Release after the hand-off: %v", err)
+	}
+	if err := sb.SetLimit(ctx, 2); err != nil { // a limit set for good (PERSIST)
+		t.Errorf("SetLimit: %v", err)
 	}
 	lock := semaphore.NewLock(a, "nightly")
 	if lockCtx, err := lock.Lock(ctx); err != nil {
