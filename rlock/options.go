@@ -211,9 +211,19 @@ func WithClaimWindow(d time.Duration) Option {
 }
 
 // WithKeyPrefix namespaces every key and pub/sub channel of the Client:
-// a lock named n lives at "<prefix>:{n}". Pub/sub channels ignore the database
-// number, so Clients sharing a server but not locks need distinct prefixes.
-// Default "rlock"; "" means no prefix. The prefix must not contain braces.
+// a lock named n lives at "<prefix>:{n}", and every key and channel of the
+// Client starts with "<prefix>:{", so the Redis ACL patterns "~<prefix>:{*"
+// and "&<prefix>:{*" confine a user to them (see the README's deployment
+// section). Pub/sub channels ignore the database number, so Clients sharing
+// a server but not locks need distinct prefixes. Default DefaultKeyPrefix
+// ("rlock").
+//
+// New rejects, with an error matching ErrInvalidName, a prefix that is empty,
+// contains a brace (it would move the hash tag), a control character or a
+// glob character of ACL patterns (* ? [ ] \), is not valid UTF-8, or is
+// longer than MaxNameLength: no ACL pattern could confine a user to such a
+// prefix. A ':' is allowed: "a" and "a:b" stay apart, as the '{' that
+// follows the prefix in every key separates them.
 func WithKeyPrefix(p string) Option {
 	return func(c *config) { c.keyPrefix = p }
 }

@@ -121,3 +121,48 @@ func TestLockOptionBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKeyPrefixValidation: New refuses, with an error matching ErrInvalidName
+// that says why, a key prefix no ACL pattern could confine a Redis user to:
+// "" and the glob characters of ACL patterns (as it refuses braces). A ':'
+// is allowed, and a lock's keys then live under "<prefix>:{name}", apart from
+// those of the shorter prefix.
+func TestKeyPrefixValidation(t *testing.T) {
+	e := ftNewEnv(t)
+	for _, tc := range []struct{ prefix, want string }{
+		{"", "empty key prefix"},
+		{"tenant*", `'*'`},
+		{"tenant?", `'?'`},
+		{"tenant[12]", `'['`},
+		{"tenant]", `']'`},
+		{`tenant\*`, `'\\'`},
+		{"tenant{a}", "brace"},
+	} {
+		c, err := rlock.New(e.raw, rlock.WithKeyPrefix(tc.prefix))
+		if c != nil {
+			_ = c.Close()
+		}
+		if !errors.Is(err, rlock.ErrInvalidName) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with WithKeyPrefix(%q): err = %v, want ErrInvalidName saying %s", tc.prefix, err, tc.want)
+		}
+	}
+
+	nested := e.prefix + ":eu"
+	outer, inner := e.clientOn(e.raw), e.clientOn(e.raw, rlock.WithKeyPrefix(nested))
+	lockCtx, err := inner.Mutex("orders").Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock under prefix %q: %v", nested, err)
+	}
+	defer func() { _ = inner.Mutex("orders").Unlock(lockCtx) }()
+	if n, err := e.raw.Do(e.ctx, e.raw.B().Exists().Key(nested+":{orders}").Build()).AsInt64(); err != nil || n != 1 {
+		t.Errorf("EXISTS %s:{orders} = %d, %v; want the lock there", nested, n, err)
+	}
+	// The shorter prefix's lock of the same name is another lock.
+	otherCtx, err := outer.Mutex("orders").TryLock(e.ctx)
+	if err != nil {
+		t.Fatalf("TryLock of orders under prefix %q while %q holds its own: %v", e.prefix, nested, err)
+	}
+	if err := outer.Mutex("orders").Unlock(otherCtx); err != nil {
+		t.Error(err)
+	}
+}
