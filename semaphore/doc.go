@@ -22,7 +22,10 @@
 // establishes it when it is missing: on first use, after a Redis restart
 // without persistence, or after the semaphore's keys expired while it was
 // idle. It never changes a limit already there: when processes configure
-// different limits, the one in Redis wins.
+// different limits, the one in Redis wins. A changed WithLimit therefore takes
+// effect once the limit is missing again (the state expired while idle, or
+// Redis lost it); SetLimit applies a new limit at once. TrySetLimit never
+// changes a limit that is set.
 //
 // Every key of a semaphore expires by itself once nothing is held or queued,
 // even when the processes that used it crashed: the permits a second after

@@ -88,6 +88,38 @@ func TestLimitSurvivesRestart(t *testing.T) {
 	use("after the restart")
 }
 
+// TestWithLimitChangeTakesEffect rolls out a new WithLimit: while the old
+// limit is in Redis it wins (TrySetLimit cannot change it either), and once
+// Redis has lost it (here by a restart without persistence) the first process
+// to use the semaphore establishes its own, which the others then use.
+func TestWithLimitChangeTakesEffect(t *testing.T) {
+	e := ownedEnv(t)
+	const name = "rollout"
+	old := semaphore.New(e.client(), name, semaphore.WithLimit(4))
+	mustRelease(t, old, mustAcquire(t, old, e.ctx, 4))
+	updated := semaphore.New(e.client(), name, semaphore.WithLimit(8))
+	if n, err := updated.Limit(e.ctx); err != nil || n != 4 {
+		t.Errorf("Limit seen by the WithLimit(8) semaphore = %d, %v, want the 4 in Redis", n, err)
+	}
+	if _, err := updated.TryAcquire(e.ctx, 5); !errors.Is(err, semaphore.ErrExceedsLimit) {
+		t.Errorf("TryAcquire(5) under the limit of 4: err = %v, want ErrExceedsLimit", err)
+	}
+	if ok, err := semaphore.New(e.client(), name).TrySetLimit(e.ctx, 8); ok || err != nil {
+		t.Errorf("TrySetLimit(8) over the 4 in Redis = %v, %v, want false, nil", ok, err)
+	}
+
+	if err := e.srv.Restart(e.ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	// The updated process comes first after the restart: its limit is set,
+	// without anyone calling TrySetLimit or SetLimit.
+	p := mustAcquire(t, updated, e.ctx, 8)
+	if n, err := old.Limit(e.ctx); err != nil || n != 8 {
+		t.Errorf("Limit seen by the WithLimit(4) semaphore after the restart = %d, %v, want 8", n, err)
+	}
+	mustRelease(t, updated, p)
+}
+
 // TestWithLimitExistingWins configures two different limits: the one in Redis
 // wins, and a limit set by hand overrides both and stays.
 func TestWithLimitExistingWins(t *testing.T) {

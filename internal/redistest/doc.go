@@ -37,7 +37,11 @@
 //     shared and not owned;
 //  2. a private redis-server process, when the binary is on PATH;
 //  3. a private redis:7 container via testcontainers-go, when a Docker
-//     engine answers (Docker is only probed when the binary is missing);
+//     engine answers (Docker is only probed when the binary is missing).
+//     testcontainers runs in a helper program, the module in the dockerredis
+//     directory, started with `go run` (so it needs the go command and this
+//     package's source tree): its fifty-odd dependencies stay out of the
+//     library's go.mod, and so out of its users' downloads;
 //  4. otherwise the test fails with instructions; it is never skipped.
 //
 // [Owned] and [NewN] always return servers this process owns (binary, else
