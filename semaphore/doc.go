@@ -28,10 +28,9 @@
 // even when the processes that used it crashed: the permits a second after
 // their last lease runs out, the queue when the last waiter's place lapses
 // (one watchdog timeout of its Client after its last re-check, or 3s when that
-// is longer; see below), and the state
-// (limit, used permits, arrival counter) a few seconds after both (up to a
-// minute more when a longer lease was released early: expiries are moved only
-// when they must, not on every call). With no process alive, nothing is left
+// is longer; see below), and the state (limit, used permits, arrival counter)
+// a few seconds after both (up to a minute more when a longer lease was
+// released early: expiries are moved only when they must, not on every call). With no process alive, nothing is left
 // after the longest lease or watchdog timeout plus a few seconds.
 //
 // A limit set by TrySetLimit or SetLimit cannot be re-established that way, so
