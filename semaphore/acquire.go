@@ -331,9 +331,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if w != nil {
 			a.queuedAt = t
 		}
-		// Re-check by the earliest expiry, and often enough to keep our place
-		// in the queue (it lapses after one watchdog timeout).
-		retry := s.c.Cfg.WatchdogTimeout / 3
+		// Re-check by the earliest expiry, and at least as often as the
+		// script was told (see recheckCap), which keeps our place in the
+		// queue.
+		retry := recheckCap(s.c)
 		if r.value >= 0 {
 			retry = min(retry, time.Duration(r.value+1)*time.Millisecond)
 		}
