@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 )
@@ -131,7 +132,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	var w *pubsub.Waiter
 	if wait {
 		// Contended (our grant channel is live): one script queues at once.
-		w = s.c.Mux.SubscribeIfLive(s.grant, n)
+		w = pubsubx.SubscribeIfLive(s.c.Mux, s.grant, n)
 	}
 	if w == nil {
 		// The first attempt does not join the queue: a grant published to a
@@ -278,8 +279,8 @@ func (a *acquisition) entry() string {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
-		w.SetTag(a.id) // a new id discards grants to the old one
-		data := w.TakeData()
+		pubsubx.SetTag(w, a.id) // a new id discards grants to the old one
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			return true, 0, nil
 		}
