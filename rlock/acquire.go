@@ -554,7 +554,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	case r.left < 1:
 		// The outer hold is gone too (lost to a failover or expiry).
 		h.End(ErrLeaseLost)
-		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, err))
+		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, core.Inner(err)))
 	}
 	h.SetCount(r.left)
 	return m.wrap("re-enter", err)

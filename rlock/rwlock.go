@@ -176,7 +176,7 @@ func (a *rwAcquisition) failure(err error) error {
 	case errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, errWriteHoldGone):
-		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, ErrLeaseLost)
+		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
 	case !waitOver:
 		return rw.wrap(what, err)
 	case a.lastErr != nil:

@@ -171,7 +171,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
 			// The wait ran out while Redis could not be reached: say so,
 			// rather than that no permits were free.
-			return nil, fmt.Errorf("%w: acquire %q: %w; last error: %w", ErrUnavailable, s.name, waitCtx.Err(), a.lastErr)
+			return nil, fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), waitCtx.Err(), a.lastErr)
 		}
 		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
 			return nil, err
@@ -517,7 +517,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	case err != nil:
 		id := h.Owner
 		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
-		return fmt.Errorf("semaphore %q: %w", s.name, ae)
+		return fmt.Errorf("semaphore: release %q: %w", s.name, ae)
 	case released < 0:
 		h.End(ErrLeaseLost)
 		return s.notHeld(ErrLeaseLost)
@@ -549,5 +549,5 @@ func (s *Semaphore) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrReleased) {
 		return fmt.Errorf("%w: %q was already released by this context", ErrNotHeld, s.name)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, cause)
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, core.Inner(cause))
 }
