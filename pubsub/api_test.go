@@ -5,7 +5,9 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
@@ -64,5 +66,37 @@ func TestWaiterWait(t *testing.T) {
 	m.Close()
 	if err := w.Wait(ctx); !errors.Is(err, pubsub.ErrClosed) {
 		t.Fatalf("Wait after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestOptionBounds: New rejects duration options outside their documented
+// range, naming the option and the range, and accepts the bounds.
+func TestOptionBounds(t *testing.T) {
+	rc := redistest.Client(t, redistest.New(t))
+	for _, tc := range []struct {
+		name string
+		opt  pubsub.Option
+		ok   bool
+	}{
+		{"WithLinger", pubsub.WithLinger(-time.Nanosecond), false},
+		{"WithLinger", pubsub.WithLinger(time.Minute + time.Nanosecond), false},
+		{"WithLinger", pubsub.WithLinger(0), true},
+		{"WithLinger", pubsub.WithLinger(time.Minute), true},
+		{"WithMaxReconnectBackoff", pubsub.WithMaxReconnectBackoff(0), false},
+		{"WithMaxReconnectBackoff", pubsub.WithMaxReconnectBackoff(time.Nanosecond), false},
+		{"WithMaxReconnectBackoff", pubsub.WithMaxReconnectBackoff(time.Hour), false},
+		{"WithMaxReconnectBackoff", pubsub.WithMaxReconnectBackoff(10 * time.Millisecond), true},
+		{"WithMaxReconnectBackoff", pubsub.WithMaxReconnectBackoff(time.Minute), true},
+	} {
+		m, err := pubsub.New(rc, tc.opt)
+		if m != nil {
+			m.Close()
+		}
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("New with %s at its bound: %v", tc.name, err)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "between")):
+			t.Errorf("New with an out-of-range %s: err = %v, want an error naming the option and its range", tc.name, err)
+		}
 	}
 }

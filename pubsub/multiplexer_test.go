@@ -926,7 +926,7 @@ func TestSubscribeIfLive(t *testing.T) {
 	rc := redistest.Client(t, srv)
 	pub := redistest.Client(t, srv)
 	ch := redistest.KeyPrefix(t) + "live"
-	m := mxNew(t, rc, pubsub.WithLinger(time.Hour))
+	m := mxNew(t, rc, pubsub.WithLinger(time.Minute))
 
 	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
 		t.Fatal("SubscribeIfLive on a channel nobody subscribed returned a Waiter")
