@@ -4,7 +4,7 @@ import "context"
 
 // Waiter is one goroutine's place in the queue of a channel. It is created by
 // Multiplexer.Subscribe (or SubscribeWeighted) and must be left with Leave
-// exactly once.
+// when its goroutine stops waiting (Leave is idempotent).
 //
 // A Waiter is used by a single goroutine; C may be read while the Multiplexer
 // delivers signals concurrently, and Notify may be called from any goroutine.
@@ -116,8 +116,7 @@ func (w *Waiter) takeData() string {
 
 // Notify wakes the Waiter as a message chosen for it would (C receives a
 // value unless a wake is already pending): for a process-local event that the
-// waiting goroutine must look at. Safe from any goroutine, also after Leave
-// (it then wakes no one who listens).
+// waiting goroutine must look at. Safe from any goroutine, also after Leave.
 func (w *Waiter) Notify() { w.signal() }
 
 // signal wakes the waiter unless a wake is already pending. It reports whether a

@@ -61,7 +61,11 @@
 // until the last confirmed lease would have run out (measured from the moment
 // the renewal was sent on the monotonic clock, less a drift margin of 1% + 2ms,
 // so the holder learns no later than Redis expires the key); when a WithLease
-// lease runs out; and when the Client is closed.
+// lease runs out; and when the Client is closed. A worker that loops under a
+// lock does each step with lockCtx, stops when it ends, and tells a loss from
+// its own cancellation by context.Cause(lockCtx) (see the worker example of
+// Mutex.Lock): after ErrLeaseLost another owner may hold the lock, so it locks
+// again before carrying on, with a higher fencing token.
 //
 // # Safety: what a lease does not guarantee
 //
