@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -119,7 +120,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
 	var early *pubsub.Waiter
 	if firstAttempt && wait {
-		if early = m.c.Mux.SubscribeIfLive(m.keys.grants, 1); early != nil {
+		if early = pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); early != nil {
 			firstAttempt = false
 		}
 	}
@@ -225,8 +226,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 	}
 	if w != nil {
-		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
-		data := w.TakeData()
+		pubsubx.SetTag(w, a.owner) // a new owner id discards hand-offs to the old one
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			a.listen(w)
 			return true, 0, nil
@@ -340,9 +341,9 @@ func (a *acquisition) listen(w *pubsub.Waiter) {
 	if !a.renew || a.m.fair || a.watch != nil {
 		return // only cohorting watchdog holds pass the lock on
 	}
-	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
-		l.IgnoreBudget()
-		l.SetTag(a.owner)
+	if l := pubsubx.SubscribeIfLive(a.m.c.Mux, a.m.keys.grants, 1); l != nil {
+		pubsubx.IgnoreBudget(l)
+		pubsubx.SetTag(l, a.owner)
 		a.watch = l
 	}
 }
@@ -553,7 +554,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	case r.left < 1:
 		// The outer hold is gone too (lost to a failover or expiry).
 		h.End(ErrLeaseLost)
-		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, err))
+		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, core.Inner(err)))
 	}
 	h.SetCount(r.left)
 	return m.wrap("re-enter", err)

@@ -85,7 +85,7 @@ func (c *Client) MultiLock(names ...string) *MultiLock {
 	}
 	for i, name := range names {
 		if err := core.ValidateName(name, ErrInvalidName); err != nil {
-			ml.err = fmt.Errorf("multi-lock name %d of %d: %w", i+1, len(names), err)
+			ml.err = fmt.Errorf("rlock: multi-lock name %d of %d: %w", i+1, len(names), core.Inner(err))
 			return ml
 		}
 	}
@@ -103,6 +103,9 @@ func (ml *MultiLock) Names() []string { return slices.Clone(ml.names) }
 
 // String describes the MultiLock for logs.
 func (ml *MultiLock) String() string { return fmt.Sprintf("rlock.MultiLock(%q)", ml.names) }
+
+// label names the MultiLock in error messages, after the package prefix.
+func (ml *MultiLock) label() string { return fmt.Sprintf("multi-lock %q", ml.names) }
 
 // Lock blocks until it holds every member, ctx is done, or the wait timeout of
 // WithWaitTimeout (which bounds the whole wait) runs out; WithLease gives each
@@ -143,7 +146,7 @@ func (ml *MultiLock) Unlock(lockCtx context.Context) error {
 	}
 	mh := ml.holdOf(lockCtx)
 	if mh == nil || !mh.end() {
-		return fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+		return fmt.Errorf("%w: the context holds no %s", ErrNotHeld, ml.label())
 	}
 	var errs []error
 	for i := len(mh.holds) - 1; i >= 0; i-- {
@@ -164,7 +167,7 @@ func (ml *MultiLock) Tokens(lockCtx context.Context) (map[string]uint64, error) 
 	}
 	mh := ml.holdOf(lockCtx)
 	if mh == nil {
-		return nil, fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+		return nil, fmt.Errorf("%w: the context holds no %s", ErrNotHeld, ml.label())
 	}
 	tokens := make(map[string]uint64, len(mh.holds))
 	for i, h := range mh.holds {
@@ -291,7 +294,7 @@ func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (co
 		}
 		releaseAll()
 		if !wait {
-			return nil, fmt.Errorf("%v member %q: %w", ml, ml.names[conflict], conflictErr)
+			return nil, fmt.Errorf("rlock: %s member %q: %w", ml.label(), ml.names[conflict], core.Inner(conflictErr))
 		}
 		lockCtx, err := ml.wait(ctx, ml.mutexes[conflict], deadline, memberOpts)
 		if err != nil {
@@ -306,7 +309,7 @@ func (ml *MultiLock) wait(ctx context.Context, m *Mutex, deadline time.Time, opt
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, fmt.Errorf("%w: %v member %q still taken when the wait timeout ran out: %w", ErrLocked, ml, m.name, context.DeadlineExceeded)
+			return nil, fmt.Errorf("%w: %s member %q still taken when the wait timeout ran out: %w", ErrLocked, ml.label(), m.name, context.DeadlineExceeded)
 		}
 		opts = append(slices.Clip(opts), WithWaitTimeout(left))
 	}
@@ -328,7 +331,7 @@ func (ml *MultiLock) hold(ctx context.Context, held []context.Context) (context.
 		}
 		links = &holdLink{c: m.c, name: m.name, h: h, outer: links}
 		context.AfterFunc(member, func() {
-			cancel(fmt.Errorf("%v member %q: %w", ml, m.name, context.Cause(member)))
+			cancel(fmt.Errorf("rlock: %s member %q: %w", ml.label(), m.name, core.Inner(context.Cause(member))))
 		})
 	}
 	lockCtx = context.WithValue(lockCtx, holdsKey{}, links)

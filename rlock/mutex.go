@@ -226,14 +226,14 @@ func (m *Mutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, m.name, err)
+	return fmt.Errorf("rlock: %s %q: %w", op, m.name, core.Inner(err))
 }
 
 func (m *Mutex) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: %q was already unlocked by this context", ErrNotHeld, m.name)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotHeld, m.name, cause)
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, m.name, core.Inner(cause))
 }
 
 // String describes the Mutex for logs.

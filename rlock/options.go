@@ -26,10 +26,13 @@ const (
 // overflow and within Redis's expiry limits, and they refuse values that can
 // only be mistakes.
 const (
-	// MinWatchdogTimeout: the watchdog renews every third of the timeout and
-	// gives a renewal two thirds of it; below 100ms a renewal has under 70ms
-	// for its round trip, and a loaded machine (GC pause, -race) loses holds.
-	MinWatchdogTimeout = 100 * time.Millisecond
+	// MinWatchdogTimeout (300ms): the watchdog renews every third of the
+	// timeout and gives a renewal the other two thirds, the same schedule as
+	// a claim's early renewal (see MinClaimWindow), and a lock handed over to
+	// a watchdog hold is claimed for at most the timeout. Below 300ms a
+	// renewal has under 200ms for its round trip, and a loaded machine (a GC
+	// pause, -race) loses holds and hand-offs.
+	MinWatchdogTimeout = 300 * time.Millisecond
 	// MaxWatchdogTimeout: a crashed holder keeps its lock, and a vanished
 	// waiter its queue place (two timeouts), this long; a day is far beyond
 	// any sensible setting (the default is 30s).
@@ -185,8 +188,12 @@ func WithFIFO() Option {
 // watchdog renews such holds every third of it while they are held, so a
 // crashed holder's lock is free again at most this long after its last renewal.
 // It also sets how long a waiter that stopped re-checking keeps its place in a
-// lock's queue (two timeouts). Default 30s; allowed MinWatchdogTimeout (100ms)
-// to MaxWatchdogTimeout (24h).
+// lock's queue (two timeouts). A holder that cannot renew for the rest of its
+// lease (paused, or cut off from Redis: two thirds of the timeout at worst)
+// loses its lock. Default DefaultWatchdogTimeout
+// (30s); allowed MinWatchdogTimeout (300ms) to MaxWatchdogTimeout (24h): New
+// rejects a value outside them with an error matching ErrInvalidLease that
+// names the option and the range.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) { c.watchdogTimeout = d }
 }

@@ -1,6 +1,7 @@
 package rlock_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -24,6 +25,7 @@ func TestOptionBounds(t *testing.T) {
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(math.MaxInt64), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout + 1), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(10 * time.Millisecond), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MinWatchdogTimeout - time.Millisecond), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(0), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MinWatchdogTimeout), true},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout), true},
@@ -57,6 +59,69 @@ func TestOptionBounds(t *testing.T) {
 		if !errors.Is(err, rlock.ErrInvalidLease) || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "between") {
 			t.Errorf("New with an out-of-range %s: err = %v, want ErrInvalidLease naming the option and its range", tc.name, err)
 		}
+	}
+
+	// The message states the bound, so that a rejected value says what to use.
+	_, err := rlock.New(rc, rlock.WithWatchdogTimeout(10*time.Millisecond))
+	if want := "rlock: invalid lease: WithWatchdogTimeout(10ms) is out of range: must be between 300ms and 24h0m0s"; err == nil || err.Error() != want {
+		t.Errorf("New WithWatchdogTimeout(10ms): %v, want %q", err, want)
+	}
+	// A watchdog hold handed a lock is claimed for at most the timeout: the
+	// shortest timeout is no shorter than the shortest claim window.
+	if rlock.MinWatchdogTimeout < rlock.MinClaimWindow {
+		t.Errorf("MinWatchdogTimeout %v < MinClaimWindow %v", rlock.MinWatchdogTimeout, rlock.MinClaimWindow)
+	}
+}
+
+// TestWaitTimeoutZeroOnEveryLock: WithWaitTimeout(0) is one attempt for every
+// lock kind of a Client, as TryLock: on a lock held by another owner it fails
+// at once with ErrLocked (a generous bound: nothing waits), and leaves
+// nothing queued.
+func TestWaitTimeoutZeroOnEveryLock(t *testing.T) {
+	e := ftNewEnv(t)
+	holder, other := e.client(), e.client()
+	for what, lock := range map[string]func(c *rlock.Client) (context.Context, error){
+		"Mutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.Mutex("zero").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"FairMutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.FairMutex("zero").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"RWMutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.RWMutex("zero-rw").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"MultiLock.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.MultiLock("zero", "zero-2").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+	} {
+		held, err := lock(holder)
+		if err != nil {
+			t.Fatalf("%s WithWaitTimeout(0) on a free lock: %v", what, err)
+		}
+		start := time.Now()
+		_, err = lock(other)
+		if !errors.Is(err, rlock.ErrLocked) {
+			t.Errorf("%s WithWaitTimeout(0) on a held lock: err = %v, want ErrLocked", what, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s WithWaitTimeout(0) on a held lock took %v: it waited", what, d)
+		}
+		// Held lock kinds differ; the writer's RWMutex Unlock is Unlock too.
+		var uerr error
+		switch what {
+		case "RWMutex.Lock":
+			uerr = holder.RWMutex("zero-rw").Unlock(held)
+		case "MultiLock.Lock":
+			uerr = holder.MultiLock("zero", "zero-2").Unlock(held)
+		default:
+			uerr = holder.Mutex("zero").Unlock(held)
+		}
+		if uerr != nil {
+			t.Fatalf("%s: Unlock: %v", what, uerr)
+		}
+	}
+	if members := e.sortedSetMembers(); len(members) != 0 {
+		t.Errorf("one-attempt Locks left queue entries: %v", members)
 	}
 }
 

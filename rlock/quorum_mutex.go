@@ -333,14 +333,14 @@ func (qm *QuorumMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, err)
+	return fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, core.Inner(err))
 }
 
 func (qm *QuorumMutex) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: quorum lock %q was already unlocked by this context", ErrNotHeld, qm.name)
 	}
-	return fmt.Errorf("%w: quorum lock %q: %w", ErrNotHeld, qm.name, cause)
+	return fmt.Errorf("%w: quorum lock %q: %w", ErrNotHeld, qm.name, core.Inner(cause))
 }
 
 // quorumHoldsKey finds the quorum holds carried by a context, as holdsKey

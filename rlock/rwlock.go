@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -122,7 +123,7 @@ type rwAcquisition struct {
 func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.rw.c
 	if w != nil && a.write {
-		w.SetTag(a.owner)
+		pubsubx.SetTag(w, a.owner)
 	}
 	t := c.NewTicket()
 	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, write: a.write, lease: a.lease, enqueue: w != nil, via: a.via, persist: a.persist})
@@ -175,7 +176,7 @@ func (a *rwAcquisition) failure(err error) error {
 	case errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, errWriteHoldGone):
-		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, ErrLeaseLost)
+		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
 	case !waitOver:
 		return rw.wrap(what, err)
 	case a.lastErr != nil:

@@ -260,14 +260,14 @@ func (rw *RWMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, err)
+	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, core.Inner(err))
 }
 
 func (rw *RWMutex) notHeld(what string, cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: the %s lock %q was already unlocked by this context", ErrNotHeld, what, rw.name)
 	}
-	return fmt.Errorf("%w: the %s lock %q: %w", ErrNotHeld, what, rw.name, cause)
+	return fmt.Errorf("%w: the %s lock %q: %w", ErrNotHeld, what, rw.name, core.Inner(cause))
 }
 
 func lockWord(write bool) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -127,9 +128,9 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, may
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
 func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
 	if next != nil {
-		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
+		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
 			owner := m.c.NewID()
-			w.SetTag(owner)
+			pubsubx.SetTag(w, owner)
 			return w, successorPlace{owner: owner, secret: newSecret(), reserved: next.reservedBy != nil}
 		}
 	}

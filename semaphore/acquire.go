@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 )
@@ -131,7 +132,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	var w *pubsub.Waiter
 	if wait {
 		// Contended (our grant channel is live): one script queues at once.
-		w = s.c.Mux.SubscribeIfLive(s.grant, n)
+		w = pubsubx.SubscribeIfLive(s.c.Mux, s.grant, n)
 	}
 	if w == nil {
 		// The first attempt does not join the queue: a grant published to a
@@ -170,7 +171,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
 			// The wait ran out while Redis could not be reached: say so,
 			// rather than that no permits were free.
-			return nil, fmt.Errorf("%w: acquire %q: %w; last error: %w", ErrUnavailable, s.name, waitCtx.Err(), a.lastErr)
+			return nil, fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), waitCtx.Err(), a.lastErr)
 		}
 		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
 			return nil, err
@@ -278,8 +279,8 @@ func (a *acquisition) entry() string {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
-		w.SetTag(a.id) // a new id discards grants to the old one
-		data := w.TakeData()
+		pubsubx.SetTag(w, a.id) // a new id discards grants to the old one
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			return true, 0, nil
 		}
@@ -517,7 +518,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	case err != nil:
 		id := h.Owner
 		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
-		return fmt.Errorf("semaphore %q: %w", s.name, ae)
+		return fmt.Errorf("semaphore: release %q: %w", s.name, ae)
 	case released < 0:
 		h.End(ErrLeaseLost)
 		return s.notHeld(ErrLeaseLost)
@@ -549,5 +550,5 @@ func (s *Semaphore) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrReleased) {
 		return fmt.Errorf("%w: %q was already released by this context", ErrNotHeld, s.name)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, cause)
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, core.Inner(cause))
 }

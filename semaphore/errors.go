@@ -35,8 +35,10 @@ var (
 	ErrInvalidOption = errors.New("semaphore: invalid option")
 
 	// ErrLeaseLost is the cause of a permit context whose lease ended without
-	// Release; it is rlock.ErrLeaseLost.
-	ErrLeaseLost = core.ErrLeaseLost
+	// Release. It reads "semaphore: lease lost" and also matches
+	// rlock.ErrLeaseLost: errors.Is(cause, rlock.ErrLeaseLost) holds for a
+	// permit context as for a lock context.
+	ErrLeaseLost = core.Rebrand("semaphore: lease lost", core.ErrLeaseLost)
 	// ErrClosed reports use of a closed Client; it is rlock.ErrClosed.
 	ErrClosed = core.ErrClosed
 	// ErrAbandoned is matched by the error of a Release that failed, and by

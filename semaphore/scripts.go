@@ -219,7 +219,7 @@ func unreachable(err error) bool {
 }
 
 // permitKind renews permit leases for the watchdog.
-var permitKind = &core.Kind{Name: "semaphore", Script: lua.SemRenew, Args: renewPermitsArgs}
+var permitKind = &core.Kind{Name: "semaphore", Script: lua.SemRenew, Args: renewPermitsArgs, LeaseLost: ErrLeaseLost}
 
 // renewPermitsArgs are sem_renew.lua's keys and args for a batch of leases;
 // with each permits zset go the counts and state keys of its semaphore, whose

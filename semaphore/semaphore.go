@@ -233,12 +233,13 @@ func (s *Semaphore) State(ctx context.Context) (State, error) {
 }
 
 // wrap adds the operation and name to an error, unless it is one of this
-// package's that says so already.
+// package's, which say so already. The package prefix of an error of package
+// rlock (a closed Client, say) gives way to this package's: one per message.
 func (s *Semaphore) wrap(op string, err error) error {
-	if err == nil || strings.HasPrefix(err.Error(), "semaphore") {
+	if err == nil || strings.HasPrefix(err.Error(), "semaphore: ") {
 		return err
 	}
-	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, err)
+	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, core.Inner(err))
 }
 
 // String describes the Semaphore for logs.

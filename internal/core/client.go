@@ -159,7 +159,7 @@ func (c *Client) Close() {
 		c.mu.Unlock()
 		c.Mux.Close()
 		for _, h := range holds {
-			h.End(fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed))
+			h.End(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed)))
 		}
 		// Waiters that leave now still get to give up their place in Redis.
 		c.calls.Wait()

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -53,13 +54,32 @@ func validate(what, s string, invalid error) error {
 	case len(s) > MaxNameLength:
 		return fmt.Errorf("%w: %s is %d bytes, at most %d allowed", invalid, what, len(s), MaxNameLength)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", invalid, what, s)
+		return fmt.Errorf("%w: %s %s is not valid UTF-8", invalid, what, Quote(s))
 	case strings.ContainsAny(s, "{}"):
-		return fmt.Errorf("%w: %s %q contains a brace", invalid, what, s)
+		return fmt.Errorf("%w: %s %s contains a brace", invalid, what, Quote(s))
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: %s %q contains a control character", invalid, what, s)
+		return fmt.Errorf("%w: %s %s contains a control character", invalid, what, Quote(s))
 	}
 	return nil
+}
+
+// QuoteMax is how many bytes of a name Quote shows.
+const QuoteMax = 64
+
+// Quote quotes a name for an error message: whole when it is at most
+// QuoteMax bytes, else its first QuoteMax bytes (cut at a character boundary)
+// followed by its length, as in "abc..."... (600 bytes). A rejected name may
+// be long and binary, and every control byte quotes as four: a message must
+// not grow with it.
+func Quote(s string) string {
+	if len(s) <= QuoteMax {
+		return strconv.Quote(s)
+	}
+	cut := QuoteMax
+	for cut > QuoteMax-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
 // Base is the common key stem of the primitive called name: every key and
