@@ -96,9 +96,9 @@
 //	c, err := rlock.New(rueidisClient)
 //	defer c.Close()
 //	m := c.Mutex("orders:42")
-//	lockCtx, err := m.Lock(ctx)
+//	lockCtx, err := m.Lock(ctx) // ctx bounds the wait only
 //	if err != nil { ... }
-//	defer m.Unlock(lockCtx)
+//	defer m.Unlock(lockCtx)     // lockCtx, not ctx: ctx carries no hold
 //	// ... critical section, using lockCtx for the work it guards ...
 //
 // Ownership is carried by the returned context, not by the goroutine: pass

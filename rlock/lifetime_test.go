@@ -381,3 +381,39 @@ func TestDroppedLockContextMultiLockMembersKept(t *testing.T) {
 		t.Fatalf("Unlock of the kept MultiLock: %v", err)
 	}
 }
+
+// A quorum lock has the same lifetime: the caller's cancel leaves it held on
+// the masters and its context live; a dropped one is released on every
+// master, with a log line.
+func TestLockContextQuorum(t *testing.T) {
+	e := qNewEnv(t, 3)
+	logs, withLog := ltLogged()
+	q := e.quorum(rlock.QuorumOptions{ClientOptions: []rlock.Option{withLog}})
+	qm := q.Mutex("q-outlive")
+	ctx, cancel := context.WithCancel(context.WithValue(e.ctx, ltKey{}, "request-7"))
+	defer cancel()
+	lockCtx, err := qm.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	ltLive(t, lockCtx, "quorum lock")
+	if got := count(e.held("q-outlive")); got != 3 {
+		t.Fatalf("after the caller's cancel: held on %d masters, want 3", got)
+	}
+	if err := qm.Unlock(ctx); !errors.Is(err, rlock.ErrNotHeld) || !strings.Contains(err.Error(), "pass the lock context that Lock returned") {
+		t.Fatalf("Unlock(ctx): %v, want ErrNotHeld saying to pass the lock context", err)
+	}
+	if err := qm.Unlock(lockCtx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	ltCause(t, lockCtx, rlock.ErrUnlocked, "quorum lock")
+
+	ltDrop(t, q.Mutex("q-drop").Lock, e.ctx)
+	ltCollected(t, "the dropped quorum hold released on every master", func() bool {
+		return count(e.held("q-drop")) == 0 && strings.Contains(logs.String(), "lock=q-drop")
+	})
+	if !strings.Contains(logs.String(), `kind="quorum lock"`) {
+		t.Fatalf("log: %s", logs.String())
+	}
+}
