@@ -263,6 +263,13 @@ func TestUnlockWrongContext(t *testing.T) {
 	}
 }
 
+// keepHeld keeps lockCtx reachable until the test ends. A test whose hold is
+// never unlocked (it stands for a holder that hangs or crashed) must keep its
+// lock context, or the hold is released once the context is garbage.
+func keepHeld(t testing.TB, lockCtx context.Context) {
+	t.Cleanup(func() { runtime.KeepAlive(lockCtx) })
+}
+
 // ltLog is a log destination safe for concurrent use.
 type ltLog struct {
 	mu  sync.Mutex

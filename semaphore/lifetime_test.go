@@ -139,6 +139,14 @@ func TestReleaseWrongContext(t *testing.T) {
 	}
 }
 
+// keepHeld keeps permitCtx reachable until the test ends. A test whose
+// permits are never released (they stand for a holder that hangs or crashed)
+// must keep the permit context, or the permits are released once the context
+// is garbage.
+func keepHeld(t testing.TB, permitCtx context.Context) {
+	t.Cleanup(func() { runtime.KeepAlive(permitCtx) })
+}
+
 type ltLog struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
