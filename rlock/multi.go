@@ -62,9 +62,10 @@ import (
 // documentation): it ends when the MultiLock is unlocked (cause ErrUnlocked)
 // and as soon as any member's hold ends otherwise, with a cause that names the
 // member and matches that member's cause (ErrLeaseLost). A MultiLock lock
-// context dropped without Unlock is released as a whole once it is garbage. Each member keeps its own lease and fencing token (Tokens);
-// the Mutex of a member's name works with the lock context too (Token,
-// HoldCount; Unlock releases that member alone).
+// context dropped without Unlock is released as a whole once it is garbage.
+// Each member keeps its own lease and fencing token (Tokens); the Mutex of a
+// member's name works with the lock context too (Token, HoldCount; Unlock
+// releases that member alone).
 //
 // A MultiLock is immutable and safe for concurrent use.
 type MultiLock struct {
@@ -113,10 +114,11 @@ func (ml *MultiLock) String() string { return fmt.Sprintf("rlock.MultiLock(%q)",
 //
 // ctx bounds the wait only. On success it returns the lock context that
 // carries every member's hold (with ctx's values, ended as described in
-// MultiLock, not by ctx); pass it, not ctx, to Unlock. On failure nothing is held (the
-// members taken are released before it returns) and the error is that of the
-// member that failed, as Mutex.Lock reports it: matching ctx's error when ctx
-// ended, ErrLocked and context.DeadlineExceeded when the wait timeout ran out.
+// MultiLock, not by ctx); pass it, not ctx, to Unlock. On failure nothing is
+// held (the members taken are released before it returns) and the error is
+// that of the member that failed, as Mutex.Lock reports it: matching ctx's
+// error when ctx ended, ErrLocked and context.DeadlineExceeded when the wait
+// timeout ran out.
 //
 // Members that ctx holds already are re-entered (their hold count rises by
 // one, and Unlock lowers it again); a ctx that holds the whole MultiLock

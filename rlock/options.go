@@ -225,7 +225,8 @@ func WithKeyPrefix(p string) Option {
 // outcome is unknown (connection errors). Unlock does not stop when the lock
 // context is cancelled, which it is when the lease is lost; this bound applies
 // instead. It also bounds each release of a hold whose lock context the
-// program dropped (see WithLogger). Default 5s; allowed MinUnlockTimeout (10ms) to MaxUnlockTimeout (1m).
+// program dropped (see WithLogger). Default 5s; allowed MinUnlockTimeout
+// (10ms) to MaxUnlockTimeout (1m).
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) { c.unlockTimeout = d }
 }

@@ -95,9 +95,10 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // ctx bounds the wait only. On success it returns the lock context that
 // carries the read hold (with ctx's values, ended by this hold only, as
 // Mutex.Lock's); pass it, not ctx, to RUnlock. Without WithLease the watchdog
-// renews the hold's own lease until RUnlock. On failure nothing is held and nothing is
-// left behind in Redis; the error matches ctx's error when ctx ended, ErrLocked
-// (and context.DeadlineExceeded) when the wait timeout ran out.
+// renews the hold's own lease until RUnlock. On failure nothing is held and
+// nothing is left behind in Redis; the error matches ctx's error when ctx
+// ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
+// out.
 //
 // If ctx holds the read lock, RLock re-enters at once and returns ctx. If ctx
 // holds the write lock, RLock takes the read lock at once, whoever waits, so
