@@ -49,8 +49,8 @@ func (qm *QuorumMutex) String() string {
 //
 // ctx bounds the wait only. On success it returns the lock context carrying
 // the hold (with ctx's values, ended by this hold only; pass it, not ctx, to
-// Unlock): the lock is held on a majority of the masters, for the validity that
-// Validity reports. Without WithLease the watchdog of each master's Client
+// Unlock): the lock is held on a majority of the masters, for the validity
+// that Validity reports. Without WithLease the watchdog of each master's Client
 // renews it there until Unlock. On failure nothing is held, and what a round
 // took on the masters that answered has been given back (on others it is
 // given back in the background, or expires with its lease). The error matches

@@ -126,11 +126,10 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Co
 // ctx bounds the wait only. On success it returns the lock context that
 // carries the write hold (with a new fencing token, see Token; with ctx's
 // values, ended by this hold only, as Mutex.Lock's); pass it, not ctx, to
-// Unlock. On
-// failure nothing is held and nothing is left behind in Redis; the error
-// matches ctx's error when ctx ended, ErrLocked (and context.DeadlineExceeded)
-// when the wait timeout ran out, and ErrUpgrade, at once, when ctx holds the
-// read lock but not the write lock.
+// Unlock. On failure nothing is held and nothing is left behind in Redis; the
+// error matches ctx's error when ctx ended, ErrLocked (and
+// context.DeadlineExceeded) when the wait timeout ran out, and ErrUpgrade, at
+// once, when ctx holds the read lock but not the write lock.
 //
 // If ctx holds the write lock, Lock re-enters at once and returns ctx.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
