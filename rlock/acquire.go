@@ -56,7 +56,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if h := m.holdOf(ctx); h != nil {
 		return m.reenter(ctx, h, lc)
 	}
-	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true}
+	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true, watchDrop: !lc.member}
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
@@ -212,6 +212,9 @@ type acquisition struct {
 	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
 	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+	// watchDrop: release the hold if its lock context is dropped without
+	// Unlock (see Mutex.withHold); off for a MultiLock's members.
+	watchDrop bool
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
@@ -405,8 +408,9 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			m.handOn(p)
 			return nil, m.wrap("lock", err)
 		}
-		lockCtx, cancel := context.WithCancelCause(ctx)
+		lockCtx, cancel := core.LockContext(ctx)
 		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h.Ctx = lockCtx
 		h.SetCount(1)
 		h.LateAttempts = p.late
 		if !m.c.Register(h) {
@@ -418,10 +422,11 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.AwaitExtension(p.claim)
 		m.t.adopt(m.name, h)
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
-		return m.withHold(ctx, lockCtx, h), nil
+		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 	}
-	lockCtx, cancel := context.WithCancelCause(ctx)
+	lockCtx, cancel := core.LockContext(ctx)
 	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h.Ctx = lockCtx
 	h.SetCount(a.reply.count)
 	h.LateAttempts = a.uncertain
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
@@ -444,12 +449,45 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		a.watch = nil
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 	}
-	return m.withHold(ctx, lockCtx, h), nil
+	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
 
-func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold) context.Context {
+// withHold makes the lock context returned to the caller: lockCtx (see
+// core.LockContext) carrying h, chained to the holds ctx carries. With
+// watch, h is released if the program drops that context without Unlock (a
+// MultiLock watches its own context instead of its members').
+func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold, watch bool) context.Context {
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
-	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer})
+	l := &holdLink{c: m.c, name: m.name, h: h, outer: outer}
+	if watch {
+		core.WatchDrop(m.c, l, &core.Dropped{What: "mutex", Name: m.name, Owner: h.Owner,
+			Release: func() (bool, error) { return m.releaseDropped(h) }})
+	}
+	return context.WithValue(lockCtx, holdsKey{}, l)
+}
+
+// releaseDropped releases every level of h, whose lock context the program
+// dropped (see core.WatchDrop): as Unlock would, level by level, so that a
+// waiter of this Client or the head of the Redis queue gets the lock next.
+// It reports whether h was still held.
+func (m *Mutex) releaseDropped(h *core.Hold) (released bool, err error) {
+	for {
+		before, _ := h.Count()
+		err := m.release(context.Background(), h, newRequest(m.c), false)
+		switch {
+		case errors.Is(err, ErrNotHeld) && !released:
+			return false, nil // ended meanwhile: an Unlock in flight, a loss
+		case err != nil:
+			return released, err
+		}
+		released = true
+		if ended, _ := h.State(); ended {
+			return true, nil
+		}
+		if after, _ := h.Count(); after >= before {
+			return true, fmt.Errorf("rlock: release %q: the hold count did not fall (%d, then %d)", m.name, before, after)
+		}
+	}
 }
 
 // reenter increments the hold count of h, idempotently per request: a retry

@@ -17,7 +17,7 @@
 //	defer c.Close() // runs before rc.Close, which the Client uses until then
 //
 //	m := c.Mutex("orders:42")
-//	lockCtx, err := m.Lock(ctx) // waits until ctx ends; see WithWaitTimeout
+//	lockCtx, err := m.Lock(ctx) // ctx bounds the wait only; see WithWaitTimeout
 //	if err != nil { ... }
 //	defer m.Unlock(lockCtx) // the lock context, not ctx: it carries the hold
 //	// ... the critical section, doing the guarded work with lockCtx ...
@@ -48,6 +48,45 @@
 // gives read/write locks (RWMutex), strictly fair locks (FairMutex), and
 // locks on several names at once (MultiLock); NewQuorum gives Redlock-style
 // locks over independent masters.
+//
+// # Lock context
+//
+// The ctx given to Lock bounds the wait only. The lock context Lock returns
+// keeps ctx's values but not its cancellation or deadline
+// (context.WithoutCancel), and is cancelled exactly when this hold ends: by its
+// final Unlock (cause ErrUnlocked), or when it is lost (a cause matching
+// ErrLeaseLost: the key vanished, renewals failed until the lease ran out, a
+// WithLease lease ended, the Client was closed). So a holder can always tell
+// whether it still holds the lock, from lockCtx.Err and context.Cause,
+// whatever became of its own ctx; and a shutdown that cancels ctx (SIGINT, a
+// finished request) does not cut the critical section short: it finishes
+// with lockCtx and unlocks cleanly (see the graceful shutdown example). Work
+// that must also stop on shutdown watches ctx as well. The same holds for
+// every lock kind (RWMutex, MultiLock, QuorumMutex) and for semaphore permits.
+//
+// etcd's concurrency.Mutex makes the same choice for ctx, which bounds only the
+// Lock call, but tells of a lost lock on a separate channel (Session.Done);
+// here the lock context is that signal, and a context to hand the guarded
+// work. rueidislock ends the hold with ctx instead, which releases the lock
+// under a shutdown's feet, and leaves a holder whose ctx was cancelled unable
+// to tell whether it still holds.
+//
+// A lock taken with another lock's context (B with lockA, nested) carries
+// both holds, and each lock context ends with its own hold only: Unlock of A
+// cancels lockA, never lockB, and a cause always names the hold that ended.
+//
+// Pass lockCtx, not ctx, to Unlock: ctx carries no hold, so Unlock(ctx) fails
+// with an ErrNotHeld that says which context to pass (or, when ctx holds the
+// lock through another Client, that Client's). A deferred Unlock discards
+// that error; so that the mistake does not keep the lock held and renewed
+// until the process exits, a hold whose lock context the program drops
+// without Unlock is released once that context, and every context derived
+// from it, is unreachable: a cleanup (runtime.AddCleanup) has the Client
+// release it in the background, bounded by the unlock timeout, and log a
+// warning (WithLogger; slog.Default() by default). It is a safety net, not a
+// way to unlock: it waits for a garbage collection to find the context
+// unreachable, and a derived context still live (a context.WithCancel child
+// never cancelled, a context.AfterFunc never stopped) keeps the hold.
 //
 // # Leases, the watchdog and lease loss
 //

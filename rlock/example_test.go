@@ -93,6 +93,55 @@ func ExampleMutex_Lock_reentrant() {
 	// locked after outer unlock: false
 }
 
+// A graceful shutdown: the signal (SIGINT) cancels the caller's context while
+// it holds the lock. That context bounded the wait only, so the lock is still
+// held and the lock context live: the critical section finishes its work
+// with the lock context, and Unlock succeeds.
+func ExampleMutex_Lock_shutdown() {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
+	defer rc.Close()
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	// In a program: ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	m := c.Mutex("ledger")
+	lockCtx, err := m.Lock(ctx) // ctx bounds the wait only
+	if err != nil {
+		panic(err)
+	}
+	for i, step := range []string{"debit", "credit"} {
+		if i == 1 {
+			stop() // the signal arrives mid-section
+		}
+		// Each step runs with lockCtx, which ends only if the lock is lost.
+		if err := lockCtx.Err(); err != nil {
+			fmt.Println("lock lost, stopping:", context.Cause(lockCtx))
+			return
+		}
+		fmt.Printf("%s done (shutdown requested: %v)\n", step, ctx.Err() != nil)
+	}
+	fmt.Println("unlock:", m.Unlock(lockCtx)) // lockCtx, not ctx
+	fmt.Println("lock context ended by:", context.Cause(lockCtx))
+	// Output:
+	// debit done (shutdown requested: false)
+	// credit done (shutdown requested: true)
+	// unlock: <nil>
+	// lock context ended by: rlock: unlocked
+}
+
 func ExampleMutex_TryLock() {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {

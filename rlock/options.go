@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/relockio/relock/internal/core"
@@ -97,6 +98,7 @@ type config struct {
 	ackSet          bool
 	ackRetry        bool          // see WithReplicaAckRetry
 	claimWindow     time.Duration // see WithClaimWindow
+	logger          *slog.Logger  // see WithLogger
 }
 
 func defaultConfig() config {
@@ -149,6 +151,7 @@ func (c *config) core() core.Config {
 		ReplicaAckTimeout: c.ackTimeout,
 		ReplicaAckRetry:   c.ackRetry,
 		ClaimWindow:       c.claimWindow,
+		Logger:            c.logger,
 	}
 }
 
@@ -238,7 +241,9 @@ func WithKeyPrefix(p string) Option {
 // WithUnlockTimeout bounds how long Unlock keeps retrying a release whose
 // outcome is unknown (connection errors). Unlock does not stop when the lock
 // context is cancelled, which it is when the lease is lost; this bound applies
-// instead. Default 5s; allowed MinUnlockTimeout (10ms) to MaxUnlockTimeout (1m).
+// instead. It also bounds each release of a hold whose lock context the
+// program dropped (see WithLogger). Default 5s; allowed MinUnlockTimeout
+// (10ms) to MaxUnlockTimeout (1m).
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) { c.unlockTimeout = d }
 }
@@ -248,6 +253,16 @@ func WithUnlockTimeout(d time.Duration) Option {
 // out. Default 1s; allowed MinNoExpiryPoll (10ms) to MaxNoExpiryPoll (1h).
 func WithNoExpiryPoll(d time.Duration) Option {
 	return func(c *config) { c.noExpiryPoll = d }
+}
+
+// WithLogger sets where the Client logs what a caller should hear of but
+// cannot be told through an error: today, a hold whose lock context the
+// program dropped without Unlock, which the Client released (see the package
+// documentation, Lock context). It logs at level Warn. Default: nil, which
+// logs to slog.Default() as it is when the line is written (so
+// slog.SetDefault applies).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }
 
 // WithPubSub passes options to the Client's subscription multiplexer, for
@@ -268,6 +283,9 @@ type lockConfig struct {
 	// as TryLock. waitSet is also true with waitTimeout 0, so that a caller
 	// that does not look at tryOnce still waits no longer than the attempt.
 	tryOnce bool
+	// member: a MultiLock takes the lock as one of its members; the
+	// MultiLock's lock context, not the member's, is watched for a drop.
+	member bool
 }
 
 func newLockConfig(opts []LockOption) (lockConfig, error) {
@@ -304,7 +322,8 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // WithWaitTimeout bounds how long Lock waits for the lock, without bounding the
-// hold: the returned context derives from Lock's ctx, not from this timeout.
+// hold: the lock context ends with the hold only, not with this timeout (nor
+// with Lock's ctx).
 // When it runs out, Lock fails with an error matching ErrLocked and
 // context.DeadlineExceeded. Default: wait until ctx is done.
 //
@@ -314,6 +333,11 @@ func WithLease(d time.Duration) LockOption {
 // and so are values above MaxWaitTimeout (30 days).
 func WithWaitTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.waitTimeout, c.waitSet = d, true }
+}
+
+// asMember marks a MultiLock's member acquisition (see lockConfig.member).
+func asMember() LockOption {
+	return func(c *lockConfig) { c.member = true }
 }
 
 // lockCall reads the options of a Lock or TryLock call and makes the checks

@@ -27,9 +27,11 @@ import (
 //
 // Each read hold has a lease of its own, renewed by the Client's watchdog (or
 // fixed by WithLease), so a reader that crashed keeps writers out for at most
-// its lease, whatever other readers do. The lock context is cancelled when the
-// hold ends: with cause ErrUnlocked after its final unlock, ErrLeaseLost when
-// the lease was lost.
+// its lease, whatever other readers do. As with Mutex, the lock context keeps
+// the values of the call's ctx but not its cancellation, and is cancelled
+// exactly when its hold ends: with cause ErrUnlocked after its final unlock,
+// ErrLeaseLost when the lease was lost (see Lock context in the package
+// documentation).
 //
 // # Writer preference
 //
@@ -90,17 +92,19 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // Writer preference) and sleeps, without polling, until a release admits it.
 // Connection errors are retried with backoff until ctx ends, as in Mutex.Lock.
 //
-// On success it returns the lock context, derived from ctx, that carries the
-// read hold; pass it to RUnlock. Without WithLease the watchdog renews the
-// hold's own lease until RUnlock. On failure nothing is held and nothing is
-// left behind in Redis; the error matches ctx's error when ctx ended, ErrLocked
-// (and context.DeadlineExceeded) when the wait timeout ran out.
+// ctx bounds the wait only. On success it returns the lock context that
+// carries the read hold (with ctx's values, ended by this hold only, as
+// Mutex.Lock's); pass it, not ctx, to RUnlock. Without WithLease the watchdog
+// renews the hold's own lease until RUnlock. On failure nothing is held and
+// nothing is left behind in Redis; the error matches ctx's error when ctx
+// ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
+// out.
 //
 // If ctx holds the read lock, RLock re-enters at once and returns ctx. If ctx
 // holds the write lock, RLock takes the read lock at once, whoever waits, so
 // that the holder may keep it after Unlock of the write lock (a downgrade):
-// its lock context then derives from the context the write lock was taken
-// with (keeping ctx's values), so that the write Unlock does not cancel it.
+// its lock context ends with the read hold only, so the write Unlock does not
+// cancel it.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.lock(ctx, false, true, opts)
 }
@@ -119,12 +123,13 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Co
 // and sleeps, without polling, until the lock is granted to it. Connection
 // errors are retried with backoff until ctx ends, as in Mutex.Lock.
 //
-// On success it returns the lock context, derived from ctx, that carries the
-// write hold (with a new fencing token, see Token); pass it to Unlock. On
-// failure nothing is held and nothing is left behind in Redis; the error
-// matches ctx's error when ctx ended, ErrLocked (and context.DeadlineExceeded)
-// when the wait timeout ran out, and ErrUpgrade, at once, when ctx holds the
-// read lock but not the write lock.
+// ctx bounds the wait only. On success it returns the lock context that
+// carries the write hold (with a new fencing token, see Token; with ctx's
+// values, ended by this hold only, as Mutex.Lock's); pass it, not ctx, to
+// Unlock. On failure nothing is held and nothing is left behind in Redis; the
+// error matches ctx's error when ctx ended, ErrLocked (and
+// context.DeadlineExceeded) when the wait timeout ran out, and ErrUpgrade, at
+// once, when ctx holds the read lock but not the write lock.
 //
 // If ctx holds the write lock, Lock re-enters at once and returns ctx.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
@@ -171,7 +176,8 @@ func (rw *RWMutex) Token(lockCtx context.Context) (uint64, error) {
 	}
 	_, h := rw.current(lockCtx)
 	if h == nil {
-		return 0, fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, rw.name)
+		return 0, fmt.Errorf("%w: the context holds no lock %q: pass the lock context that Lock or RLock returned (or one derived from it), not the context given to it",
+			ErrNotHeld, rw.name)
 	}
 	return h.Token, nil
 }
@@ -261,6 +267,27 @@ func (rw *RWMutex) wrap(op string, err error) error {
 		return err
 	}
 	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, core.Inner(err))
+}
+
+// noHold is the error of an unlock given a context that carries no hold of
+// the lock of that kind (see Mutex.noHold).
+func (rw *RWMutex) noHold(ctx context.Context, write bool) error {
+	what, name, verb := "read", rw.rname, "RLock"
+	if write {
+		what, name, verb = "write", rw.wname, "Lock"
+	}
+	if other := otherClientHold(ctx, rw.c, name); other != nil {
+		return fmt.Errorf("%w: the context holds the %s lock %q through another Client (%s), not this RWMutex's (%s): use that Client's RWMutex",
+			ErrNotHeld, what, rw.name, other.ID, rw.c.ID)
+	}
+	switch wl, rl := rw.links(ctx); {
+	case write && rl != nil:
+		return fmt.Errorf("%w: the context holds the read lock %q, not the write lock: use RUnlock", ErrNotHeld, rw.name)
+	case !write && wl != nil:
+		return fmt.Errorf("%w: the context holds the write lock %q, not the read lock: use Unlock", ErrNotHeld, rw.name)
+	}
+	return fmt.Errorf("%w: the context holds no %s lock %q: pass the lock context that %s returned (or one derived from it), not the context given to %s",
+		ErrNotHeld, what, rw.name, verb, verb)
 }
 
 func (rw *RWMutex) notHeld(what string, cause error) error {

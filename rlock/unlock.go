@@ -18,11 +18,18 @@ import (
 // It stops renewals and cancels lockCtx with cause ErrUnlocked. A fair Mutex
 // (Client.FairMutex) always releases in Redis, to the head of its queue.
 //
+// lockCtx must be the context Lock returned (or one derived from it), not the
+// context given to Lock: that one carries no hold, and Unlock then fails with
+// an ErrNotHeld that says so, leaving the lock held (a deferred Unlock
+// discards that error: check it, or rely on the release of a dropped lock
+// context, see Lock context in the package documentation).
+//
 // Unlock works even when lockCtx is cancelled; it retries connection errors for
 // up to the unlock timeout with an idempotent request, so a retried release never
 // counts twice. It fails with ErrNotHeld when lockCtx does not hold the lock (it
-// never did, it was already fully unlocked, or the lease was lost: then the
-// error also matches ErrLeaseLost); Redis is left unchanged then. When the
+// never did, it holds it through another Client's Mutex, it was already fully
+// unlocked, or the lease was lost: then the error also matches ErrLeaseLost);
+// Redis is left unchanged then. When the
 // release itself fails (Redis unreachable past the unlock timeout, or the
 // command denied), the hold is given up: it fails with an *AbandonError
 // (ErrAbandoned), renewals stop so that Redis frees the lock within one lease
@@ -33,7 +40,7 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	}
 	h := m.holdOf(lockCtx)
 	if h == nil {
-		return fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
+		return m.noHold(lockCtx)
 	}
 	return m.release(lockCtx, h, newRequest(m.c), true)
 }

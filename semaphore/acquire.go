@@ -32,8 +32,13 @@ type permit struct {
 // WithWaitTimeout runs out. Waiters are served in arrival order across all
 // processes (see the package documentation).
 //
-// On success it returns the permit context, derived from ctx, that carries the
-// permits; pass it to Release. On failure nothing is held and the waiter's place
+// ctx bounds the wait only. On success it returns the permit context that
+// carries the permits; pass it, not ctx, to Release. As an rlock lock context
+// (see Lock context in the rlock documentation), it keeps ctx's values but not
+// its cancellation or deadline, and is cancelled exactly when the permits end:
+// by Release (cause ErrReleased) or when their lease is lost (ErrLeaseLost);
+// permits whose permit context the program drops without Release are released
+// once it is garbage. On failure nothing is held and the waiter's place
 // in the queue is given up; the error matches ctx's error when ctx ended,
 // ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
 // ErrExceedsLimit when n is above the limit (at once, or when the limit is
@@ -402,8 +407,9 @@ func (a *acquisition) giveUp(ctx context.Context) {
 // the meantime the permits are given back.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	s := a.s
-	permitCtx, cancel := context.WithCancelCause(ctx)
+	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
+	h.Ctx = permitCtx
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
 		h.End(ErrReleased)
 		a.traced = true
@@ -422,7 +428,27 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		s.turns.form(s.name, h, a.lw, a.contended)
 		context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
 	}
-	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
+	return s.withPermit(permitCtx, h, a.got), nil
+}
+
+// withPermit makes the permit context returned to the caller: permitCtx (see
+// core.LockContext) carrying n permits of h, which are released if the
+// program drops that context without Release (see core.WatchDrop).
+func (s *Semaphore) withPermit(permitCtx context.Context, h *core.Hold, n int64) context.Context {
+	p := &permit{hold: h, n: n}
+	core.WatchDrop(s.c, p, &core.Dropped{What: "semaphore", Name: s.name, Owner: h.Owner,
+		Release: func() (bool, error) { return s.releaseDropped(h, n) }})
+	return context.WithValue(permitCtx, permitKey{s.c, s.name}, p)
+}
+
+// releaseDropped releases the n permits of h, whose permit context the
+// program dropped. It reports whether they were still held.
+func (s *Semaphore) releaseDropped(h *core.Hold, n int64) (bool, error) {
+	err := s.release(context.Background(), &permit{hold: h, n: n}, s.c.NewID(), false, false)
+	if errors.Is(err, ErrNotHeld) {
+		return false, nil // ended meanwhile: a Release in flight, a loss
+	}
+	return err == nil, err
 }
 
 // waitLocal waits among the Client's waiters until it is passed a lease
@@ -478,7 +504,8 @@ func (s *Semaphore) Release(permitCtx context.Context) error {
 	}
 	p := s.permitOf(permitCtx)
 	if p == nil {
-		return fmt.Errorf("%w: the context holds no permit of %q", ErrNotHeld, s.name)
+		return fmt.Errorf("%w: the context holds no permit of %q: pass the permit context that Acquire returned (or one derived from it), not the context given to Acquire",
+			ErrNotHeld, s.name)
 	}
 	return s.release(permitCtx, p, s.c.NewID(), false, true)
 }

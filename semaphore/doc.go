@@ -6,7 +6,13 @@
 // Redis, the Client's watchdog renews them while they are held (or a fixed
 // lease ends them), and expired permits go back to the pool on the next call
 // that looks. A holder whose lease is lost sees its permit context cancelled
-// with cause ErrLeaseLost, as with rlock.Mutex.
+// with cause ErrLeaseLost, as with rlock.Mutex. As there, the context given to
+// Acquire bounds the wait only: the permit context keeps its values, not its
+// cancellation, and ends exactly when the permits do (Release, or a lost
+// lease), so a shutdown that cancels the caller's context can still finish
+// the guarded work and Release; permits whose permit context is dropped
+// without Release are released, with a log line, once it is garbage (see Lock
+// context in the rlock documentation).
 //
 // A Semaphore is built on an rlock.Client and shares its owner id, pub/sub
 // multiplexer, watchdog and key prefix:

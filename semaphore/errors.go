@@ -12,7 +12,9 @@ var (
 	ErrNoPermits = errors.New("semaphore: no permits available")
 	// ErrNotHeld reports that the context passed holds no permit of the
 	// semaphore (never acquired, already released, or its lease expired: then
-	// the error also matches ErrLeaseLost).
+	// the error also matches ErrLeaseLost). Passing Release the context given
+	// to Acquire instead of the permit context it returned is the usual
+	// mistake; the message then says so.
 	ErrNotHeld = errors.New("semaphore: permit not held")
 	// ErrNoLimit reports a semaphore whose limit was never set.
 	ErrNoLimit = errors.New("semaphore: no limit set")

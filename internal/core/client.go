@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type Config struct {
 	// Client is granted for in Redis until the Client extends it to the lease
 	// (see claim.go).
 	ClaimWindow time.Duration
+	// Logger receives the Client's log lines (rlock.WithLogger); nil:
+	// slog.Default() at the time of the line.
+	Logger *slog.Logger
 }
 
 // Client is one owner identity and its shared machinery.

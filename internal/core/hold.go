@@ -57,7 +57,12 @@ type Hold struct {
 	// in Redis (its reply was lost), so freeing the field must leave a
 	// tombstone against it. Set before Register.
 	LateAttempts bool
-	cancel       context.CancelCauseFunc
+	// Ctx, when set (after NewHold), is the context that End cancels (see
+	// LockContext), without the value that carries the hold: what a
+	// context.AfterFunc may wait on without keeping the lock context, which
+	// WatchDrop watches, reachable.
+	Ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	// Serial serialises the calls that change the hold count (re-entry,
 	// release) of one hold, so that the count known here is Redis's.
