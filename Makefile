@@ -2,8 +2,9 @@
 # or REDIS_ADDR pointing at a Redis the tests may use (fault-injection tests still
 # start their own redis-server).
 GO ?= go
+DOCKER_HELPER := internal/redistest/dockerredis
 
-.PHONY: demo test bench bench-kinds bench-cluster chaos check-redis
+.PHONY: demo test check-go-floor bench bench-kinds bench-cluster chaos check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -14,6 +15,7 @@ check-redis:
 
 ## demo: hot lock handed over by rlock.Mutex vs a SET NX spin loop, side by side
 demo: check-redis
+	@echo "building the demo (the first build compiles the dependencies and takes a while)..."
 	$(GO) run ./cmd/rlock-demo
 
 ## test: vet, formatting, and every test with the race detector against real Redis
@@ -22,7 +24,19 @@ test: check-redis
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
+	@# The Docker fallback's helper is a module of its own (see internal/redistest/container.go).
+	$(GO) -C $(DOCKER_HELPER) vet ./...
+	@$(GO) -C $(DOCKER_HELPER) mod tidy -diff >/dev/null || { echo "$(DOCKER_HELPER)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(DOCKER_HELPER) mod tidy -diff; exit 1; }
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+## check-go-floor: build and vet with the oldest Go that go.mod's go directive
+## allows, when it is not the toolchain in use (it is fetched from the module
+## proxy on first use)
+check-go-floor:
+	@floor=go$$(awk '$$1 == "go" { print $$2; exit }' go.mod); \
+	if [ "$$floor" = "$$($(GO) env GOVERSION)" ]; then echo "go.mod's go directive is the toolchain in use: nothing more to check"; exit 0; fi; \
+	echo "building and vetting with $$floor, the go directive of go.mod"; \
+	GOTOOLCHAIN=$$floor $(GO) build ./... && GOTOOLCHAIN=$$floor $(GO) vet ./...
 
 ## bench: every lock contender side by side against one Redis (about 13 minutes; BENCH_FLAGS=-quick for 2-3)
 bench: check-redis

@@ -151,11 +151,15 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	for what, name := range badNames {
-		if name == "" {
-			continue // "" is a valid prefix: no prefix
-		}
 		add("rlock.WithKeyPrefix "+what, rlock.ErrInvalidName, func() error {
 			return newAndClose(newRC(), rlock.WithKeyPrefix(name))
+		})
+	}
+	// Valid as lock names, not as prefixes: ACL patterns could not confine a
+	// user to them.
+	for what, prefix := range map[string]string{"star": "a*", "question mark": "a?", "bracket": "a[b]", "backslash": `a\b`} {
+		add("rlock.WithKeyPrefix "+what, rlock.ErrInvalidName, func() error {
+			return newAndClose(newRC(), rlock.WithKeyPrefix(prefix))
 		})
 	}
 	for what, opt := range map[string]pubsub.Option{

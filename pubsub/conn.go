@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/pubsubx/hook"
 )
 
 // subscribeBatch caps the channels named in one SUBSCRIBE, so that
@@ -220,8 +222,8 @@ func (c *conn) onMessage(m rueidis.PubSubMessage) {
 
 // deliver wakes the Waiters a message is for (see onMessage).
 func (c *conn) deliver(m rueidis.PubSubMessage) {
-	if tag, addressed := strings.CutPrefix(m.Message, AddressPrefix); addressed {
-		tag, data, _ := strings.Cut(tag, AddressDataSeparator)
+	if tag, addressed := strings.CutPrefix(m.Message, hook.AddressPrefix); addressed {
+		tag, data, _ := strings.Cut(tag, hook.AddressDataSeparator)
 		c.wakeTagged(m.Channel, tag, data)
 		return
 	}
@@ -260,8 +262,12 @@ func (c *conn) deliver(m rueidis.PubSubMessage) {
 
 // wakeTagged signals the Waiters of channel tagged tag that live here (a tag
 // names one owner, which may listen with more than one Waiter for a moment),
-// leaving data for them when there is any.
+// leaving data for them when there is any. An empty tag names no one: an
+// untagged Waiter is never addressed.
 func (c *conn) wakeTagged(channel, tag, data string) {
+	if tag == "" {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[channel]; e != nil {

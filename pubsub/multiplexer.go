@@ -10,18 +10,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Message payloads with a meaning of their own; any other payload is a decimal
-// budget (see the package documentation).
-const (
-	// WakeAll wakes every Waiter of a channel.
-	WakeAll = "*"
-	// AddressPrefix starts a payload that wakes one Waiter by tag: "@" + tag,
-	// optionally followed by AddressDataSeparator and data for that Waiter.
-	AddressPrefix = "@"
-	// AddressDataSeparator separates the tag of an addressed payload from the
-	// data it carries (Waiter.TakeData); tags must not contain it.
-	AddressDataSeparator = " "
-)
+// WakeAll is the message payload that wakes every Waiter of a channel. Other
+// payloads are budgets (see the package documentation).
+const WakeAll = "*"
 
 // Multiplexer shares a few dedicated pub/sub connections among all Waiters of
 // a client. Create one per rueidis.Client with New; it is safe for concurrent
@@ -130,12 +121,13 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 	}
 }
 
-// SubscribeIfLive queues a new Waiter on channel, as SubscribeWeighted does,
+// subscribeIfLive queues a new Waiter on channel, as SubscribeWeighted does,
 // only when the channel's subscription is live: confirmed by Redis on the
 // current connection (other Waiters are on it, or it lingers). It never waits
 // and sends nothing; it returns nil when the channel is not subscribed, or is
-// being resubscribed after a reconnect.
-func (m *Multiplexer) SubscribeIfLive(channel string, weight int64) *Waiter {
+// being resubscribed after a reconnect. The lock packages reach it through
+// internal/pubsubx.
+func (m *Multiplexer) subscribeIfLive(channel string, weight int64) *Waiter {
 	if channel == "" {
 		return nil
 	}

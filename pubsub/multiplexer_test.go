@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 )
@@ -579,18 +580,18 @@ func TestAddressedWake(t *testing.T) {
 	}
 	ow := mxSubscribe(ctx, t, m, other)
 	defer ow.Leave(true)
-	ws[1].SetTag("b")
-	ws[2].SetTag("c")
-	ow.SetTag("c")
+	pubsubx.SetTag(ws[1], "b")
+	pubsubx.SetTag(ws[2], "c")
+	pubsubx.SetTag(ow, "c")
 
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"c")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"c")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws, 2)
 	if mxFired(ow) {
 		t.Fatal("a message on one channel woke a waiter of another channel with the same tag")
 	}
 
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"nobody")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"nobody")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws)
 
@@ -598,8 +599,15 @@ func TestAddressedWake(t *testing.T) {
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws, 0)
 
-	ws[1].SetTag("")
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"b")
+	pubsubx.SetTag(ws[1], "")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"b")
+	fence.sync(ctx, t)
+	mxExpectFired(t, ws)
+
+	// An empty tag addresses no one: untagged Waiters (every Waiter a user
+	// of package pubsub creates) are never addressed.
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix)
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+pubsubx.AddressDataSeparator+"data")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws)
 }
@@ -618,28 +626,28 @@ func TestAddressedData(t *testing.T) {
 	ws := []*pubsub.Waiter{mxSubscribe(ctx, t, m, ch), mxSubscribe(ctx, t, m, ch)}
 	defer ws[0].Leave(true)
 	defer ws[1].Leave(true)
-	ws[0].SetTag("a:1")
-	ws[1].SetTag("b:2")
+	pubsubx.SetTag(ws[0], "a:1")
+	pubsubx.SetTag(ws[1], "b:2")
 
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"b:2"+pubsub.AddressDataSeparator+"42")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"b:2"+pubsubx.AddressDataSeparator+"42")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws, 1)
-	if d := ws[1].TakeData(); d != "42" {
+	if d := pubsubx.TakeData(ws[1]); d != "42" {
 		t.Fatalf("TakeData = %q, want 42", d)
 	}
-	if d := ws[1].TakeData(); d != "" {
+	if d := pubsubx.TakeData(ws[1]); d != "" {
 		t.Fatalf("second TakeData = %q, want nothing", d)
 	}
-	if d := ws[0].TakeData(); d != "" {
+	if d := pubsubx.TakeData(ws[0]); d != "" {
 		t.Fatalf("untargeted waiter's TakeData = %q, want nothing", d)
 	}
 
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"a:1"+pubsub.AddressDataSeparator+"7")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"a:1"+pubsubx.AddressDataSeparator+"7")
 	fence.sync(ctx, t)
 	mxExpectFired(t, ws, 0)
-	ws[0].SetTag("a:1") // same tag: the data stays
-	ws[0].SetTag("a:3") // new tag: the data of the old one goes
-	if d := ws[0].TakeData(); d != "" {
+	pubsubx.SetTag(ws[0], "a:1") // same tag: the data stays
+	pubsubx.SetTag(ws[0], "a:3") // new tag: the data of the old one goes
+	if d := pubsubx.TakeData(ws[0]); d != "" {
 		t.Fatalf("TakeData after a new tag = %q, want nothing", d)
 	}
 }
@@ -918,26 +926,26 @@ func TestSubscribeIfLive(t *testing.T) {
 	rc := redistest.Client(t, srv)
 	pub := redistest.Client(t, srv)
 	ch := redistest.KeyPrefix(t) + "live"
-	m := mxNew(t, rc, pubsub.WithLinger(time.Hour))
+	m := mxNew(t, rc, pubsub.WithLinger(time.Minute))
 
-	if w := m.SubscribeIfLive(ch, 1); w != nil {
+	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
 		t.Fatal("SubscribeIfLive on a channel nobody subscribed returned a Waiter")
 	}
 	if n, err := srv.NumSub(ctx, ch); err != nil || n[ch] != 0 {
 		t.Fatalf("NUMSUB after SubscribeIfLive on an unsubscribed channel = %v, %v; want 0", n, err)
 	}
 	first := mxSubscribe(ctx, t, m, ch)
-	w := m.SubscribeIfLive(ch, 1)
+	w := pubsubx.SubscribeIfLive(m, ch, 1)
 	if w == nil {
 		t.Fatal("SubscribeIfLive on a subscribed channel returned nil")
 	}
-	w.SetTag("x")
-	mxPublish(ctx, t, pub, ch, pubsub.AddressPrefix+"x")
+	pubsubx.SetTag(w, "x")
+	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"x")
 	mxWaitFired(t, w, "the Waiter joined by SubscribeIfLive")
 	first.Leave(true)
 	w.Leave(true)
 	// Lingering: still confirmed, so still live.
-	w = m.SubscribeIfLive(ch, 1)
+	w = pubsubx.SubscribeIfLive(m, ch, 1)
 	if w == nil {
 		t.Fatal("SubscribeIfLive on a lingering channel returned nil")
 	}
@@ -957,11 +965,11 @@ func TestSubscribeIfLive(t *testing.T) {
 			t.Fatal("no reconnect after the kill")
 		}
 	}
-	if w := m.SubscribeIfLive(ch, 1); w != nil {
+	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
 		t.Fatal("SubscribeIfLive after the connection was lost returned a Waiter")
 	}
 	m.Close()
-	if w := m.SubscribeIfLive(ch, 1); w != nil {
+	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
 		t.Fatal("SubscribeIfLive after Close returned a Waiter")
 	}
 }

@@ -31,13 +31,25 @@ func WithConnections(n int) Option {
 	}
 }
 
+// Bounds of the duration options; New rejects a value outside them.
+const (
+	// maxLinger: every channel used within the linger stays subscribed, so
+	// a longer linger only piles up subscriptions (a Client of package rlock
+	// has one channel per lock name it waited for).
+	maxLinger = time.Minute
+	// maxMaxBackoff: a longer pause between reconnection attempts keeps
+	// Waiters deaf to messages for that long after Redis is back.
+	maxMaxBackoff = time.Minute
+)
+
 // WithLinger sets how long a channel stays subscribed after its last Waiter
 // leaves, so that a waiter arriving soon after reuses the subscription instead
-// of paying a new SUBSCRIBE round trip. Default 250ms; 0 unsubscribes at once.
+// of paying a new SUBSCRIBE round trip. Default 250ms; 0 lets it go idle at
+// once (see the package documentation); allowed 0 to 1 minute.
 func WithLinger(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("pubsub: linger must not be negative, got %v", d)
+		if d < 0 || d > maxLinger {
+			return fmt.Errorf("pubsub: WithLinger(%v) is out of range: must be between 0 and %v", d, maxLinger)
 		}
 		c.linger = d
 		return nil
@@ -45,11 +57,12 @@ func WithLinger(d time.Duration) Option {
 }
 
 // WithMaxReconnectBackoff caps the delay between reconnection attempts, which
-// starts at 10ms and doubles. Default 1s.
+// starts at 10ms and doubles. Default 1s; allowed 10ms (a smaller cap would
+// redial a server that is down in a tight loop) to 1 minute.
 func WithMaxReconnectBackoff(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("pubsub: max reconnect backoff must be positive, got %v", d)
+		if d < minReconnectBackoff || d > maxMaxBackoff {
+			return fmt.Errorf("pubsub: WithMaxReconnectBackoff(%v) is out of range: must be between %v and %v", d, minReconnectBackoff, maxMaxBackoff)
 		}
 		c.maxBackoff = d
 		return nil

@@ -44,11 +44,11 @@ func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
 }
 
 // PublishCommand returns "SPUBLISH" when the Multiplexer is sharded, else
-// "PUBLISH": what a script must publish with to reach its Waiters. When the
-// mode is not known yet it is detected within ctx; if that fails (Redis
-// unreachable) "PUBLISH" is returned: a message published so may be missed
-// by sharded Waiters, who then wait for their next re-check, never for a
-// wrong grant (messages only wake).
+// "PUBLISH": the command (or the redis.call of a script) that reaches its
+// Waiters. When the mode is not known yet it is detected within ctx; if that
+// fails (Redis unreachable) "PUBLISH" is returned: a message published so may
+// be missed by sharded Waiters, which is safe only where, as in this module's
+// locks, messages merely wake and every wait also re-checks on a timer.
 func (m *Multiplexer) PublishCommand(ctx context.Context) string {
 	if sharded, _ := m.Sharded(ctx); sharded {
 		return "SPUBLISH"

@@ -1,29 +1,54 @@
 package pubsub
 
+import "context"
+
 // Waiter is one goroutine's place in the queue of a channel. It is created by
-// Multiplexer.Subscribe and must be left with Leave exactly once.
+// Multiplexer.Subscribe (or SubscribeWeighted) and must be left with Leave
+// when its goroutine stops waiting (Leave is idempotent).
 //
 // A Waiter is used by a single goroutine; C may be read while the Multiplexer
-// delivers signals concurrently.
+// delivers signals concurrently, and Notify may be called from any goroutine.
 type Waiter struct {
 	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
 	weight int64
-	tag    string // guarded by conn.mu
+	tag    string // guarded by conn.mu; see setTag
 	data   string // payload of the last addressed message, guarded by conn.mu
 	entry  *entry
 	conn   *conn
 	// Links of the channel's FIFO queue, guarded by conn.mu.
 	prev, next *Waiter
 	left       bool
-	deaf       bool // takes no budget (see IgnoreBudget), guarded by conn.mu
+	deaf       bool // takes no budget (see ignoreBudget), guarded by conn.mu
 }
 
 // C receives a value when the Waiter should re-check the resource it waits
-// for: a message on its channel chose it, or its channel was subscribed again
-// after messages may have been lost (a reconnect), or its subscription failed
-// for good (see Err). Wakes may be spurious: a re-check must not assume
-// anything changed. The channel is never closed; Done reports Close.
+// for: a message on its channel chose it (see the package documentation for
+// which Waiters a message chooses), its channel was subscribed again after
+// messages may have been lost (a reconnect), Notify was called, or its
+// subscription was refused for good (see Err). At most one wake is pending:
+// several wakes before the Waiter reads C count as one. Wakes may be
+// spurious: a re-check must not assume anything changed.
+//
+// C is never closed, not even by Close; select on Done as well (or use Wait),
+// so as not to block forever after the Multiplexer closed.
 func (w *Waiter) C() <-chan struct{} { return w.wake }
+
+// Wait blocks until the Waiter is woken (see C), ctx is done or the
+// Multiplexer is closed. It returns nil after a wake, ctx.Err() when ctx
+// ended, ErrClosed after Close, and the refusal (see Err) when the wake was
+// Redis refusing the channel's subscription for good. After nil the caller
+// re-checks the resource it waits for, and calls Wait again if it is still
+// unavailable.
+func (w *Waiter) Wait(ctx context.Context) error {
+	select {
+	case <-w.wake:
+		return w.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.Done():
+		return ErrClosed
+	}
+}
 
 // Err returns nil while the Waiter's subscription stands or is being restored
 // (Redis busy, connection lost: the Multiplexer retries). After Redis refused
@@ -62,11 +87,12 @@ func (w *Waiter) Leave(satisfied bool) {
 	w.conn.leave(w, satisfied)
 }
 
-// SetTag names the Waiter so that a message "@" + tag on its channel wakes it,
+// setTag names the Waiter so that a message "@" + tag on its channel wakes it,
 // and only it: how a Redis-side queue hands a release to the waiter at its head,
 // wherever that waiter lives. An empty tag removes the name. Changing the tag
-// discards the data of messages addressed to the former one (see TakeData).
-func (w *Waiter) SetTag(tag string) {
+// discards the data of messages addressed to the former one (see takeData).
+// The lock packages reach it through internal/pubsubx.
+func (w *Waiter) setTag(tag string) {
 	w.conn.mu.Lock()
 	if w.tag != tag {
 		w.data = ""
@@ -75,12 +101,12 @@ func (w *Waiter) SetTag(tag string) {
 	w.conn.mu.Unlock()
 }
 
-// TakeData returns and clears the data of the last message addressed to the
-// Waiter's tag: a message "@" + tag + " " + data (see AddressDataSeparator)
-// stores data before it wakes the Waiter, so a Redis-side queue can hand the
-// resource itself (a lock granted, with its fencing token) along with the
-// wake-up. It returns "" when no such message came since the last call.
-func (w *Waiter) TakeData() string {
+// takeData returns and clears the data of the last message addressed to the
+// Waiter's tag: a message "@" + tag + " " + data stores data before it wakes
+// the Waiter, so a Redis-side queue can hand the resource itself (a lock
+// granted, with its fencing token) along with the wake-up. It returns "" when
+// no such message came since the last call.
+func (w *Waiter) takeData() string {
 	w.conn.mu.Lock()
 	d := w.data
 	w.data = ""
@@ -90,7 +116,7 @@ func (w *Waiter) TakeData() string {
 
 // Notify wakes the Waiter as a message chosen for it would (C receives a
 // value unless a wake is already pending): for a process-local event that the
-// waiting goroutine must look at. Safe from any goroutine.
+// waiting goroutine must look at. Safe from any goroutine, also after Leave.
 func (w *Waiter) Notify() { w.signal() }
 
 // signal wakes the waiter unless a wake is already pending. It reports whether a
@@ -104,11 +130,11 @@ func (w *Waiter) signal() bool {
 	}
 }
 
-// IgnoreBudget makes the Waiter pass over budget messages (see the package
+// ignoreBudget makes the Waiter pass over budget messages (see the package
 // documentation): only a message addressed to its tag, WakeAll, a reconnect or
 // Notify wake it. For a listener that waits for no release of its own, so
 // that it never takes a wake-up meant for a waiter.
-func (w *Waiter) IgnoreBudget() {
+func (w *Waiter) ignoreBudget() {
 	w.conn.mu.Lock()
 	w.deaf = true
 	w.conn.mu.Unlock()

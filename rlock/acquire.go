@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -55,7 +56,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	if h := m.holdOf(ctx); h != nil {
 		return m.reenter(ctx, h, lc)
 	}
-	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true}
+	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true, watchDrop: !lc.member}
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
@@ -119,7 +120,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
 	var early *pubsub.Waiter
 	if firstAttempt && wait {
-		if early = m.c.Mux.SubscribeIfLive(m.keys.grants, 1); early != nil {
+		if early = pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); early != nil {
 			firstAttempt = false
 		}
 	}
@@ -211,6 +212,9 @@ type acquisition struct {
 	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
 	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+	// watchDrop: release the hold if its lock context is dropped without
+	// Unlock (see Mutex.withHold); off for a MultiLock's members.
+	watchDrop bool
 }
 
 // try makes one attempt. With w set it queues in Redis while the lock is
@@ -225,8 +229,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 	}
 	if w != nil {
-		w.SetTag(a.owner) // a new owner id discards hand-offs to the old one
-		data := w.TakeData()
+		pubsubx.SetTag(w, a.owner) // a new owner id discards hand-offs to the old one
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			a.listen(w)
 			return true, 0, nil
@@ -340,9 +344,9 @@ func (a *acquisition) listen(w *pubsub.Waiter) {
 	if !a.renew || a.m.fair || a.watch != nil {
 		return // only cohorting watchdog holds pass the lock on
 	}
-	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
-		l.IgnoreBudget()
-		l.SetTag(a.owner)
+	if l := pubsubx.SubscribeIfLive(a.m.c.Mux, a.m.keys.grants, 1); l != nil {
+		pubsubx.IgnoreBudget(l)
+		pubsubx.SetTag(l, a.owner)
 		a.watch = l
 	}
 }
@@ -404,8 +408,9 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			m.handOn(p)
 			return nil, m.wrap("lock", err)
 		}
-		lockCtx, cancel := context.WithCancelCause(ctx)
+		lockCtx, cancel := core.LockContext(ctx)
 		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h.Ctx = lockCtx
 		h.SetCount(1)
 		h.LateAttempts = p.late
 		if !m.c.Register(h) {
@@ -417,10 +422,11 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.AwaitExtension(p.claim)
 		m.t.adopt(m.name, h)
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
-		return m.withHold(ctx, lockCtx, h), nil
+		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 	}
-	lockCtx, cancel := context.WithCancelCause(ctx)
+	lockCtx, cancel := core.LockContext(ctx)
 	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h.Ctx = lockCtx
 	h.SetCount(a.reply.count)
 	h.LateAttempts = a.uncertain
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
@@ -443,12 +449,45 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		a.watch = nil
 		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
 	}
-	return m.withHold(ctx, lockCtx, h), nil
+	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
 
-func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold) context.Context {
+// withHold makes the lock context returned to the caller: lockCtx (see
+// core.LockContext) carrying h, chained to the holds ctx carries. With
+// watch, h is released if the program drops that context without Unlock (a
+// MultiLock watches its own context instead of its members').
+func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold, watch bool) context.Context {
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
-	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: m.c, name: m.name, h: h, outer: outer})
+	l := &holdLink{c: m.c, name: m.name, h: h, outer: outer}
+	if watch {
+		core.WatchDrop(m.c, l, &core.Dropped{What: "mutex", Name: m.name, Owner: h.Owner,
+			Release: func() (bool, error) { return m.releaseDropped(h) }})
+	}
+	return context.WithValue(lockCtx, holdsKey{}, l)
+}
+
+// releaseDropped releases every level of h, whose lock context the program
+// dropped (see core.WatchDrop): as Unlock would, level by level, so that a
+// waiter of this Client or the head of the Redis queue gets the lock next.
+// It reports whether h was still held.
+func (m *Mutex) releaseDropped(h *core.Hold) (released bool, err error) {
+	for {
+		before, _ := h.Count()
+		err := m.release(context.Background(), h, newRequest(m.c), false)
+		switch {
+		case errors.Is(err, ErrNotHeld) && !released:
+			return false, nil // ended meanwhile: an Unlock in flight, a loss
+		case err != nil:
+			return released, err
+		}
+		released = true
+		if ended, _ := h.State(); ended {
+			return true, nil
+		}
+		if after, _ := h.Count(); after >= before {
+			return true, fmt.Errorf("rlock: release %q: the hold count did not fall (%d, then %d)", m.name, before, after)
+		}
+	}
 }
 
 // reenter increments the hold count of h, idempotently per request: a retry
@@ -537,10 +576,10 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 // re-entry of unknown outcome.
 func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
 	err := notReplicated(m.c, acked)
-	requestID := m.c.NewID()
+	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, successorPlace{}, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, successorPlace{}, false)
 		m.c.NoteError(e)
 		return e
 	})
@@ -553,7 +592,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	case r.left < 1:
 		// The outer hold is gone too (lost to a failover or expiry).
 		h.End(ErrLeaseLost)
-		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, err))
+		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, core.Inner(err)))
 	}
 	h.SetCount(r.left)
 	return m.wrap("re-enter", err)

@@ -124,6 +124,13 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 // cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
 // lock's queue within two watchdog timeouts (4s at least), a hold within its
 // lease.
+//
+// Close sends commands on the rueidis client given to New (the release of a
+// lock kept for this Client's next Lock, the clean-ups above), so close the
+// Client first and the rueidis client after it; with defers, defer rc.Close()
+// before defer c.Close(). In the other order those commands fail, and what
+// they would have removed stays in Redis until it expires as above: a kept
+// lock blocks other processes until its lease runs out.
 func (c *Client) Close() error {
 	c.t.flush()
 	c.c.Close()

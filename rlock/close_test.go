@@ -18,9 +18,11 @@ func TestCloseWithRedisStopped(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "close-stopped"
 	holder := e.client()
-	if _, err := holder.Mutex(name).Lock(e.ctx); err != nil {
+	held, err := holder.Mutex(name).Lock(e.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	keepHeld(t, held)
 	baseline := runtime.NumGoroutine()
 	waiter, err := rlock.New(e.raw, rlock.WithKeyPrefix(e.prefix), rlock.WithUnlockTimeout(5*time.Second))
 	if err != nil {

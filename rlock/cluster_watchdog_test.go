@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,6 +217,9 @@ func TestClusterWatchdogScale(t *testing.T) {
 
 	start := time.Now()
 	lockCtxs := make([]context.Context, holds)
+	// Kept to the end: the holds must last through the PTTL check, and a
+	// dropped lock context's hold is released (see rlock's Lock context).
+	defer runtime.KeepAlive(lockCtxs)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 64 {

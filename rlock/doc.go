@@ -1,5 +1,187 @@
-// Package rlock provides reentrant distributed locks on Redis that wait
-// without polling.
+// Package rlock provides reentrant distributed locks on Redis (Redisson
+// style, on rueidis) that wait without polling: a waiter sleeps until the
+// holder's release hands it the lock, in arrival order across processes. A
+// lock has a lease renewed by a watchdog while it is held, signals its loss by
+// cancelling a context, and gives fencing tokens. Package semaphore adds a
+// counting semaphore on the same Client.
+//
+// # Usage
+//
+// One Client per rueidis client (per process, usually); a Mutex per lock name:
+//
+//	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//	if err != nil { ... }
+//	defer rc.Close()
+//	c, err := rlock.New(rc) // options: WithKeyPrefix, WithWatchdogTimeout, ...
+//	if err != nil { ... }
+//	defer c.Close() // runs before rc.Close, which the Client uses until then
+//
+//	m := c.Mutex("orders:42")
+//	lockCtx, err := m.Lock(ctx) // ctx bounds the wait only; see WithWaitTimeout
+//	if err != nil { ... }
+//	defer m.Unlock(lockCtx) // the lock context, not ctx: it carries the hold
+//	// ... the critical section, doing the guarded work with lockCtx ...
+//
+// Ownership is carried by the returned lock context, not by the goroutine:
+// pass lockCtx to Unlock, to Token and HoldCount, and to Lock to re-enter. A
+// context that does not carry the hold (ctx itself, say) is another owner,
+// even in the same goroutine. The lock context is cancelled when the hold
+// ends: with cause ErrUnlocked by the final Unlock, and ErrLeaseLost when the
+// lock was lost without Unlock (see below), so work done with lockCtx stops
+// when the lock stops protecting it.
+//
+// Every blocking call has a non-blocking twin that makes one attempt:
+// TryLock fails at once with an error matching ErrLocked when another owner
+// holds the lock (Lock with WithWaitTimeout(0) does the same, as Redisson's
+// tryLock with a wait time of 0). Per-call options bound the wait
+// (WithWaitTimeout, which does not bound the hold) or give the hold a fixed
+// lease instead of the watchdog's renewals (WithLease):
+//
+//	lockCtx, err := m.TryLock(ctx)
+//	if errors.Is(err, rlock.ErrLocked) { ... another owner holds it ... }
+//
+//	lockCtx, err := m.Lock(ctx, rlock.WithWaitTimeout(5*time.Second), rlock.WithLease(time.Minute))
+//
+// The lock is held as a Redis hash <prefix>:{name} mapping owner ids (the
+// Client's UUID and a per-hold id) to hold counts; all changes are made by
+// Lua scripts, so only the owner can release it. Besides Mutex, a Client
+// gives read/write locks (RWMutex), strictly fair locks (FairMutex), and
+// locks on several names at once (MultiLock); NewQuorum gives Redlock-style
+// locks over independent masters.
+//
+// # Lock context
+//
+// The ctx given to Lock bounds the wait only. The lock context Lock returns
+// keeps ctx's values but not its cancellation or deadline
+// (context.WithoutCancel), and is cancelled exactly when this hold ends: by its
+// final Unlock (cause ErrUnlocked), or when it is lost (a cause matching
+// ErrLeaseLost: the key vanished, renewals failed until the lease ran out, a
+// WithLease lease ended, the Client was closed). So a holder can always tell
+// whether it still holds the lock, from lockCtx.Err and context.Cause,
+// whatever became of its own ctx; and a shutdown that cancels ctx (SIGINT, a
+// finished request) does not cut the critical section short: it finishes
+// with lockCtx and unlocks cleanly (see the graceful shutdown example). Work
+// that must also stop on shutdown watches ctx as well. The same holds for
+// every lock kind (RWMutex, MultiLock, QuorumMutex) and for semaphore permits.
+//
+// etcd's concurrency.Mutex makes the same choice for ctx, which bounds only the
+// Lock call, but tells of a lost lock on a separate channel (Session.Done);
+// here the lock context is that signal, and a context to hand the guarded
+// work. rueidislock ends the hold with ctx instead, which releases the lock
+// under a shutdown's feet, and leaves a holder whose ctx was cancelled unable
+// to tell whether it still holds.
+//
+// A lock taken with another lock's context (B with lockA, nested) carries
+// both holds, and each lock context ends with its own hold only: Unlock of A
+// cancels lockA, never lockB, and a cause always names the hold that ended.
+//
+// Pass lockCtx, not ctx, to Unlock: ctx carries no hold, so Unlock(ctx) fails
+// with an ErrNotHeld that says which context to pass (or, when ctx holds the
+// lock through another Client, that Client's). A deferred Unlock discards
+// that error; so that the mistake does not keep the lock held and renewed
+// until the process exits, a hold whose lock context the program drops
+// without Unlock is released once that context, and every context derived
+// from it, is unreachable: a cleanup (runtime.AddCleanup) has the Client
+// release it in the background, bounded by the unlock timeout, and log a
+// warning (WithLogger; slog.Default() by default). It is a safety net, not a
+// way to unlock: it waits for a garbage collection to find the context
+// unreachable, and a derived context still live (a context.WithCancel child
+// never cancelled, a context.AfterFunc never stopped) keeps the hold.
+//
+// # Leases, the watchdog and lease loss
+//
+// Every hold has a lease, after which Redis deletes the key. By default the
+// lease is the Client's watchdog timeout (30s) and a watchdog goroutine renews
+// all holds of the Client every third of it, in batched script calls, until the
+// final Unlock. WithLease gives a hold a fixed lease instead.
+//
+// When a hold ends without Unlock, its lock context is cancelled with cause
+// ErrLeaseLost: when a renewal finds the key gone; when renewals have failed
+// until the last confirmed lease would have run out (measured from the moment
+// the renewal was sent on the monotonic clock, less a drift margin of 1% + 2ms,
+// so the holder learns no later than Redis expires the key); when a WithLease
+// lease runs out; and when the Client is closed. A worker that loops under a
+// lock does each step with lockCtx, stops when it ends, and tells a loss from
+// its own cancellation by context.Cause(lockCtx) (see the worker example of
+// Mutex.Lock): after ErrLeaseLost another owner may hold the lock, so it locks
+// again before carrying on, with a higher fencing token.
+//
+// # Safety: what a lease does not guarantee
+//
+// A lock lease is an efficiency device, not a correctness guarantee. A holder
+// paused longer than its lease (garbage collection, a stopped VM, a slow
+// network) keeps running after Redis has given the lock to someone else, and
+// only learns of it afterwards. Redis also expires keys by its wall clock, so a
+// clock jump on the server can end leases early, and replication is
+// asynchronous, so a failover can lose a lock that was just taken.
+//
+// Where two holders at once would corrupt data, use the fencing token: Token
+// returns a number that grows strictly with every acquisition of the lock.
+// Send it with every write to the protected resource, and have the resource
+// reject a write whose token is lower than the highest it has seen:
+//
+//	tok, _ := m.Token(lockCtx)
+//	// in the resource, atomically: if tok < lastToken { reject }; lastToken = tok; apply
+//
+// Without fencing, the lock still keeps contending workers from duplicating
+// effort almost always; with fencing, stale holders cannot do harm.
+//
+// # Errors
+//
+// Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,
+// ErrLeaseLost, ErrUpgrade, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
+// context errors; test them with errors.Is.
+// # Read/write locks
+//
+// Client.RWMutex returns a reentrant reader/writer lock with writer
+// preference, a lease per reader, downgrade and fencing tokens for writers;
+// see RWMutex.
+//
+// # Strict FIFO
+//
+// Cohorts and turns trade strict order for throughput: a Client's goroutines
+// are served together, ahead of goroutines of other Clients that queued
+// before some of them. Where every Lock call must be served in arrival order
+// across every goroutine of every process (Redisson's RFairLock), use
+// Client.FairMutex, or WithFIFO for every Mutex of a Client: each Lock call
+// then queues in Redis under its own owner id, no hold is passed on or kept
+// inside a Client, and the order of the Redis queue is the order of
+// acquisition. Each hold then costs a hand-off through Redis (one script and
+// one message), which a cohort spares most holds.
+//
+// # Several locks at once
+//
+// Client.MultiLock takes a set of locks all or nothing, in one order (the
+// sorted names) so that overlapping sets never deadlock, waiting on the lock
+// that blocked it as a Mutex does; see MultiLock for how order and
+// atomicity are kept when the locks live in different cluster slots.
+//
+// # Quorum locks (Redlock), and why a single primary is usually better
+//
+// NewQuorum takes one rueidis client per independent Redis master and gives
+// quorum locks (Quorum.Mutex): a lock is held while a majority of the N
+// masters (N/2+1) hold it for the same owner, so it keeps working while a
+// minority of them are down, which a lock on one Redis, or on a primary with
+// asynchronous replicas, cannot promise. Lock asks every master at once,
+// keeps the lock only if a majority granted it with validity left (the lease,
+// less the time the round took since each request was sent on the monotonic
+// clock, less a drift margin of 1% + 2ms), and otherwise gives back what it
+// took at once; it waits on every master's unlock channel without polling,
+// and Unlock releases every master. Its limits are those of Redlock, debated
+// by Martin Kleppmann and antirez: its safety assumes bounded process pauses,
+// bounded network delays and clocks that drift little (a master whose clock
+// jumps ahead expires a lock early), and masters that do not forget what they
+// granted (a master restarted without fsync'd persistence must stay out for
+// one lease). It has no fencing token: no single counter orders the
+// acquisitions of a quorum, and the largest of the masters' counters stops
+// being one when a master loses its counter, the very failure a quorum is
+// meant to survive. Redisson has deprecated its RedLock for these reasons.
+// Where two holders at once would corrupt data, use a Mutex on a single
+// primary and check its fencing token in the resource; use a quorum lock
+// where the lock must survive the loss of a master and a rare second holder
+// only costs duplicate work. The Quorum type documents the details.
+//
+// # How it works: waiting, hand-off and cohorts
 //
 // A waiting Lock call subscribes to its Client's grant channel for the lock
 // and sleeps until a release addresses the lock to it there, instead of
@@ -54,7 +236,7 @@
 // with new tokens: a busy Client pays one script per turn. Holds with
 // WithLease take no part, and TryLock only takes a lock kept for a turn.
 //
-// # Turns for single-goroutine workers
+// # How it works: turns for single-goroutine workers
 //
 // A fleet of worker processes with one goroutine each has no local waiter at
 // Unlock: its next Lock comes a moment later. So that such a fleet also pays
@@ -71,110 +253,4 @@
 // others is its holds, and at most one linger: with N Clients waiting, a
 // waiter's wait is bounded by about N turns of at most 8 holds (or 2ms of
 // short ones) plus a hand-off and a linger each.
-//
-// # Strict FIFO
-//
-// Cohorts and turns trade strict order for throughput: a Client's goroutines
-// are served together, ahead of goroutines of other Clients that queued
-// before some of them. Where every Lock call must be served in arrival order
-// across every goroutine of every process (Redisson's RFairLock), use
-// Client.FairMutex, or WithFIFO for every Mutex of a Client: each Lock call
-// then queues in Redis under its own owner id, no hold is passed on or kept
-// inside a Client, and the order of the Redis queue is the order of
-// acquisition. Each hold then costs a hand-off through Redis (one script and
-// one message), which a cohort spares most holds.
-//
-// # Several locks at once
-//
-// Client.MultiLock takes a set of locks all or nothing, in one order (the
-// sorted names) so that overlapping sets never deadlock, waiting on the lock
-// that blocked it as a Mutex does; see MultiLock for how order and
-// atomicity are kept when the locks live in different cluster slots.
-//
-// # Usage
-//
-//	c, err := rlock.New(rueidisClient)
-//	defer c.Close()
-//	m := c.Mutex("orders:42")
-//	lockCtx, err := m.Lock(ctx)
-//	if err != nil { ... }
-//	defer m.Unlock(lockCtx)
-//	// ... critical section, using lockCtx for the work it guards ...
-//
-// Ownership is carried by the returned context, not by the goroutine: pass
-// lockCtx to Unlock, and to Lock to re-enter. The lock is held as a Redis hash
-// <prefix>:{name} mapping owner ids (the Client's UUID and a per-hold id) to
-// hold counts; all changes are made by Lua scripts, so only the owner can
-// release it.
-//
-// # Leases, the watchdog and lease loss
-//
-// Every hold has a lease, after which Redis deletes the key. By default the
-// lease is the Client's watchdog timeout (30s) and a watchdog goroutine renews
-// all holds of the Client every third of it, in batched script calls, until the
-// final Unlock. WithLease gives a hold a fixed lease instead.
-//
-// When a hold ends without Unlock, its lock context is cancelled with cause
-// ErrLeaseLost: when a renewal finds the key gone; when renewals have failed
-// until the last confirmed lease would have run out (measured from the moment
-// the renewal was sent on the monotonic clock, less a drift margin of 1% + 2ms,
-// so the holder learns no later than Redis expires the key); when a WithLease
-// lease runs out; and when the Client is closed.
-//
-// # Safety: what a lease does not guarantee
-//
-// A lock lease is an efficiency device, not a correctness guarantee. A holder
-// paused longer than its lease (garbage collection, a stopped VM, a slow
-// network) keeps running after Redis has given the lock to someone else, and
-// only learns of it afterwards. Redis also expires keys by its wall clock, so a
-// clock jump on the server can end leases early, and replication is
-// asynchronous, so a failover can lose a lock that was just taken.
-//
-// Where two holders at once would corrupt data, use the fencing token: Token
-// returns a number that grows strictly with every acquisition of the lock.
-// Send it with every write to the protected resource, and have the resource
-// reject a write whose token is lower than the highest it has seen:
-//
-//	tok, _ := m.Token(lockCtx)
-//	// in the resource, atomically: if tok < lastToken { reject }; lastToken = tok; apply
-//
-// Without fencing, the lock still keeps contending workers from duplicating
-// effort almost always; with fencing, stale holders cannot do harm.
-//
-// # Read/write locks
-//
-// Client.RWMutex returns a reentrant reader/writer lock with writer
-// preference, a lease per reader, downgrade and fencing tokens for writers;
-// see RWMutex.
-//
-// # Quorum locks (Redlock), and why a single primary is usually better
-//
-// NewQuorum takes one rueidis client per independent Redis master and gives
-// quorum locks (Quorum.Mutex): a lock is held while a majority of the N
-// masters (N/2+1) hold it for the same owner, so it keeps working while a
-// minority of them are down, which a lock on one Redis, or on a primary with
-// asynchronous replicas, cannot promise. Lock asks every master at once,
-// keeps the lock only if a majority granted it with validity left (the lease,
-// less the time the round took since each request was sent on the monotonic
-// clock, less a drift margin of 1% + 2ms), and otherwise gives back what it
-// took at once; it waits on every master's unlock channel without polling,
-// and Unlock releases every master. Its limits are those of Redlock, debated
-// by Martin Kleppmann and antirez: its safety assumes bounded process pauses,
-// bounded network delays and clocks that drift little (a master whose clock
-// jumps ahead expires a lock early), and masters that do not forget what they
-// granted (a master restarted without fsync'd persistence must stay out for
-// one lease). It has no fencing token: no single counter orders the
-// acquisitions of a quorum, and the largest of the masters' counters stops
-// being one when a master loses its counter, the very failure a quorum is
-// meant to survive. Redisson has deprecated its RedLock for these reasons.
-// Where two holders at once would corrupt data, use a Mutex on a single
-// primary and check its fencing token in the resource; use a quorum lock
-// where the lock must survive the loss of a master and a rare second holder
-// only costs duplicate work. The Quorum type documents the details.
-//
-// # Errors
-//
-// Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrUpgrade, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
-// context errors; test them with errors.Is.
 package rlock

@@ -12,7 +12,10 @@ var (
 	// Lock's when its WithWaitTimeout runs out.
 	ErrLocked = errors.New("rlock: locked by another owner")
 	// ErrNotHeld reports that the context passed does not hold the lock (it never
-	// did, was already fully unlocked, or the lease ran out).
+	// did, was already fully unlocked, or the lease ran out). The usual mistake
+	// is passing Unlock the context given to Lock instead of the lock context
+	// Lock returned; the error's message then says which context to pass (or
+	// which Client holds the lock through it).
 	ErrNotHeld = errors.New("rlock: not held")
 	// ErrLeaseLost is the cause (context.Cause) of a lock context cancelled
 	// because its hold ended without Unlock: the key was deleted or expired,

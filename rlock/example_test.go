@@ -4,51 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"os"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
-// The examples run against a throwaway redis-server (or REDIS_ADDR), started on
-// first use and stopped by TestMain.
-var (
-	exampleOnce   sync.Once
-	exampleServer *redistest.Server
-	exampleErr    error
-)
+// The examples find Redis as a program would: at REDIS_ADDR, else at Redis's
+// default address. Under go test, TestMain points REDIS_ADDR at a server of the
+// test run unless it is set (see main_test.go).
 
-func redisAddr() string {
-	exampleOnce.Do(func() {
-		exampleServer, exampleErr = redistest.StartServer(context.Background())
-	})
-	if exampleErr != nil {
-		panic("examples need Redis: " + exampleErr.Error())
+func Example() {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
 	}
-	return exampleServer.Addr()
-}
-
-func stopExampleServer() {
-	if exampleServer != nil {
-		_ = exampleServer.Close()
-	}
-	stopQuorumServers()
-}
-
-func newRedis() rueidis.Client {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
 		panic(err)
 	}
-	return rc
-}
-
-func Example() {
-	rc := newRedis()
-	defer rc.Close()
+	defer rc.Close() // last: the Client uses it until it is closed
 	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
 	if err != nil {
 		panic(err)
@@ -77,14 +54,30 @@ func Example() {
 }
 
 func ExampleMutex_Lock_reentrant() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	m := c.Mutex("report")
 
-	outer, _ := m.Lock(context.Background())
-	inner, _ := m.Lock(outer) // the context carries the hold: re-entry
+	outer, err := m.Lock(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	inner, err := m.Lock(outer) // the context carries the hold: re-entry
+	if err != nil {
+		panic(err)
+	}
 	n, _ := m.HoldCount(inner)
 	fmt.Println("hold count:", n)
 
@@ -100,59 +93,69 @@ func ExampleMutex_Lock_reentrant() {
 	// locked after outer unlock: false
 }
 
-// fencedStore stands for a resource that checks fencing tokens: it refuses a
-// write carrying a lower token than one it has already accepted.
-type fencedStore struct {
-	mu      sync.Mutex
-	highest uint64
-	value   string
-}
-
-func (s *fencedStore) Write(token uint64, value string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if token < s.highest {
-		return fmt.Errorf("stale token %d, already saw %d", token, s.highest)
+// A graceful shutdown: the signal (SIGINT) cancels the caller's context while
+// it holds the lock. That context bounded the wait only, so the lock is still
+// held and the lock context live: the critical section finishes its work
+// with the lock context, and Unlock succeeds.
+func ExampleMutex_Lock_shutdown() {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
 	}
-	s.highest, s.value = token, value
-	return nil
-}
-
-func ExampleMutex_Token() {
-	rc := newRedis()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
-	m := c.Mutex("fenced")
-	store := &fencedStore{}
-	ctx := context.Background()
 
-	// A first holder is paused past its short lease...
-	first, _ := m.Lock(ctx, rlock.WithLease(50*time.Millisecond))
-	firstToken, _ := m.Token(first)
-	<-first.Done()
-	fmt.Println("first holder:", context.Cause(first))
+	// In a program: ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 
-	// ...and a second holder gets the lock with a higher token.
-	second, _ := m.Lock(ctx)
-	secondToken, _ := m.Token(second)
-	fmt.Println("second write:", store.Write(secondToken, "from second"))
-
-	// When the first holder wakes up, its write is refused.
-	fmt.Println("first write refused:", store.Write(firstToken, "from first") != nil)
-	fmt.Println("first unlock:", errors.Is(m.Unlock(first), rlock.ErrNotHeld))
-	_ = m.Unlock(second)
+	m := c.Mutex("ledger")
+	lockCtx, err := m.Lock(ctx) // ctx bounds the wait only
+	if err != nil {
+		panic(err)
+	}
+	for i, step := range []string{"debit", "credit"} {
+		if i == 1 {
+			stop() // the signal arrives mid-section
+		}
+		// Each step runs with lockCtx, which ends only if the lock is lost.
+		if err := lockCtx.Err(); err != nil {
+			fmt.Println("lock lost, stopping:", context.Cause(lockCtx))
+			return
+		}
+		fmt.Printf("%s done (shutdown requested: %v)\n", step, ctx.Err() != nil)
+	}
+	fmt.Println("unlock:", m.Unlock(lockCtx)) // lockCtx, not ctx
+	fmt.Println("lock context ended by:", context.Cause(lockCtx))
 	// Output:
-	// first holder: rlock: lease lost
-	// second write: <nil>
-	// first write refused: true
-	// first unlock: true
+	// debit done (shutdown requested: false)
+	// credit done (shutdown requested: true)
+	// unlock: <nil>
+	// lock context ended by: rlock: unlocked
 }
 
 func ExampleMutex_TryLock() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	m := c.Mutex("nightly-job")
 
@@ -161,6 +164,9 @@ func ExampleMutex_TryLock() {
 		fmt.Println("another worker runs the job")
 		return
 	}
+	if err != nil {
+		panic(err)
+	}
 	defer m.Unlock(lockCtx)
 	fmt.Println("running the job")
 	// Output:
@@ -168,18 +174,37 @@ func ExampleMutex_TryLock() {
 }
 
 func ExampleWithWaitTimeout() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	m := c.Mutex("busy")
 	ctx := context.Background()
 
-	holder, _ := m.Lock(ctx)
+	holder, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
 	defer m.Unlock(holder)
 
-	_, err := m.Lock(ctx, rlock.WithWaitTimeout(100*time.Millisecond))
+	// Wait at most 100ms for the lock, while ctx bounds nothing here.
+	_, err = m.Lock(ctx, rlock.WithWaitTimeout(100*time.Millisecond))
 	fmt.Println("gave up waiting:", errors.Is(err, rlock.ErrLocked), errors.Is(err, context.DeadlineExceeded))
+
+	// A wait timeout of 0 makes one attempt, as TryLock.
+	_, err = m.Lock(ctx, rlock.WithWaitTimeout(0))
+	fmt.Println("one attempt:", errors.Is(err, rlock.ErrLocked))
 	// Output:
 	// gave up waiting: true true
+	// one attempt: true
 }

@@ -7,13 +7,14 @@ import (
 
 // ReleaseWithRequestID releases one level of the hold carried by lockCtx as
 // Unlock does, but under the given release request id, so that a test can
-// replay a request the way a retry inside Unlock does.
+// replay a request the way a retry inside Unlock does (every call reads the
+// request's result latch, as a retry does).
 func ReleaseWithRequestID(m *Mutex, lockCtx context.Context, id string) error {
 	h := m.holdOf(lockCtx)
 	if h == nil {
 		return ErrNotHeld
 	}
-	return m.release(lockCtx, h, id, true)
+	return m.release(lockCtx, h, &request{id: id, sent: true}, true)
 }
 
 // ReleaseScript runs release.lua once for the owner of the hold carried by
@@ -27,7 +28,7 @@ func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id st
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	r, err := releaseScript(ctx, m.c, m.keys, h.Owner, id, lease, successorPlace{}, false)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner, &request{id: id, sent: true}, lease, successorPlace{}, false)
 	return r.left, err
 }
 

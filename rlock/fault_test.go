@@ -407,15 +407,18 @@ func TestFaultLostUnlockCostsAtMostTheLease(t *testing.T) {
 		e := ftNewEnv(t)
 		const name = "expiring-queue"
 		holder := e.client()
-		if _, err := holder.Mutex(name).Lock(e.ctx); err != nil {
+		held, err := holder.Mutex(name).Lock(e.ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
+		keepHeld(t, held)
 		x := e.client()
 		y := e.clientOn(redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.ClientName = "waiter-y" }))
 
 		first := make(chan error, 1)
 		go func() {
-			_, err := x.Mutex(name).Lock(e.ctx, rlock.WithLease(lease)) // never unlocked
+			lc, err := x.Mutex(name).Lock(e.ctx, rlock.WithLease(lease)) // never unlocked
+			keepHeld(t, lc)
 			first <- err
 		}()
 		e.queuedIs(1)

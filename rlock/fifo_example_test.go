@@ -3,6 +3,7 @@ package rlock_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -14,16 +15,33 @@ import (
 // a-2. They get it in that order; cohorting Mutexes would serve a-2 right after
 // a-1, ahead of b-1, as goroutines of one Client.
 func ExampleClient_FairMutex() {
-	rca, rcb := newRedis(), newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	newClient := func() (*rlock.Client, rueidis.Client) { // one per process, in a real program
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			panic(err)
+		}
+		c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+		if err != nil {
+			panic(err)
+		}
+		return c, rc
+	}
+	a, rca := newClient()
 	defer rca.Close()
-	defer rcb.Close()
-	a, _ := rlock.New(rca, rlock.WithKeyPrefix("example"))
 	defer a.Close()
-	b, _ := rlock.New(rcb, rlock.WithKeyPrefix("example"))
+	b, rcb := newClient()
+	defer rcb.Close()
 	defer b.Close()
 	ctx := context.Background()
 
-	holder, _ := a.FairMutex("printer").Lock(ctx)
+	holder, err := a.FairMutex("printer").Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
 	done := make(chan string)
 	for i, w := range []struct {
 		name string
@@ -38,7 +56,17 @@ func ExampleClient_FairMutex() {
 			done <- w.name
 			_ = m.Unlock(lockCtx)
 		}()
-		waitQueued(rca, "example:{printer}:queue", int64(i+1)) // only to fix the arrival order
+		// Only to fix the arrival order in this example: wait until the call
+		// is queued, reading the lock's queue (an internal key).
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			n, _ := rca.Do(ctx, rca.B().Zcard().Key("example:{printer}:queue").Build()).AsInt64()
+			if n > int64(i) {
+				break
+			}
+			if time.Now().After(deadline) {
+				panic("not queued within 10s")
+			}
+		}
 	}
 	_ = a.FairMutex("printer").Unlock(holder)
 	for range 3 {
@@ -48,16 +76,4 @@ func ExampleClient_FairMutex() {
 	// a-1
 	// b-1
 	// a-2
-}
-
-// waitQueued waits until n Lock calls are queued in the lock's Redis queue
-// (an internal key, read here only so that the example's order is certain).
-func waitQueued(rc rueidis.Client, queue string, n int64) {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if got, _ := rc.Do(context.Background(), rc.B().Zcard().Key(queue).Build()).AsInt64(); got >= n {
-			return
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline, in the example only
-	}
-	panic("not queued within 10s")
 }

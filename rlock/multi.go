@@ -57,12 +57,15 @@ import (
 //
 // # Lock context and tokens
 //
-// The lock context carries every member's hold: it ends when the MultiLock is
-// unlocked (cause ErrUnlocked) and as soon as any member's hold ends otherwise,
-// with a cause that names the member and matches that member's cause
-// (ErrLeaseLost). Each member keeps its own lease and fencing token (Tokens);
-// the Mutex of a member's name works with the lock context too (Token,
-// HoldCount; Unlock releases that member alone).
+// The lock context carries every member's hold and keeps the values of Lock's
+// ctx, not its cancellation (as Mutex's, see Lock context in the package
+// documentation): it ends when the MultiLock is unlocked (cause ErrUnlocked)
+// and as soon as any member's hold ends otherwise, with a cause that names the
+// member and matches that member's cause (ErrLeaseLost). A MultiLock lock
+// context dropped without Unlock is released as a whole once it is garbage.
+// Each member keeps its own lease and fencing token (Tokens); the Mutex of a
+// member's name works with the lock context too (Token, HoldCount; Unlock
+// releases that member alone).
 //
 // A MultiLock is immutable and safe for concurrent use.
 type MultiLock struct {
@@ -85,7 +88,7 @@ func (c *Client) MultiLock(names ...string) *MultiLock {
 	}
 	for i, name := range names {
 		if err := core.ValidateName(name, ErrInvalidName); err != nil {
-			ml.err = fmt.Errorf("multi-lock name %d of %d: %w", i+1, len(names), err)
+			ml.err = fmt.Errorf("rlock: multi-lock name %d of %d: %w", i+1, len(names), core.Inner(err))
 			return ml
 		}
 	}
@@ -104,16 +107,21 @@ func (ml *MultiLock) Names() []string { return slices.Clone(ml.names) }
 // String describes the MultiLock for logs.
 func (ml *MultiLock) String() string { return fmt.Sprintf("rlock.MultiLock(%q)", ml.names) }
 
+// label names the MultiLock in error messages, after the package prefix.
+func (ml *MultiLock) label() string { return fmt.Sprintf("multi-lock %q", ml.names) }
+
 // Lock blocks until it holds every member, ctx is done, or the wait timeout of
 // WithWaitTimeout (which bounds the whole wait) runs out; WithLease gives each
 // member that lease. It waits as described in MultiLock: in member order,
 // without polling, and never in a deadlock with other MultiLocks.
 //
-// On success it returns the lock context, derived from ctx, that carries
-// every member's hold; pass it to Unlock. On failure nothing is held (the
-// members taken are released before it returns) and the error is that of the
-// member that failed, as Mutex.Lock reports it: matching ctx's error when ctx
-// ended, ErrLocked and context.DeadlineExceeded when the wait timeout ran out.
+// ctx bounds the wait only. On success it returns the lock context that
+// carries every member's hold (with ctx's values, ended as described in
+// MultiLock, not by ctx); pass it, not ctx, to Unlock. On failure nothing is
+// held (the members taken are released before it returns) and the error is
+// that of the member that failed, as Mutex.Lock reports it: matching ctx's
+// error when ctx ended, ErrLocked and context.DeadlineExceeded when the wait
+// timeout ran out.
 //
 // Members that ctx holds already are re-entered (their hold count rises by
 // one, and Unlock lowers it again); a ctx that holds the whole MultiLock
@@ -142,17 +150,36 @@ func (ml *MultiLock) Unlock(lockCtx context.Context) error {
 		return ml.err
 	}
 	mh := ml.holdOf(lockCtx)
-	if mh == nil || !mh.end() {
-		return fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+	if mh == nil {
+		return fmt.Errorf("%w: the context holds no %s: pass the lock context that Lock returned (or one derived from it), not the context given to Lock",
+			ErrNotHeld, ml.label())
 	}
+	if !mh.end() {
+		return fmt.Errorf("%w: %s was already unlocked by this context", ErrNotHeld, ml.label())
+	}
+	return ml.releaseMembers(lockCtx, mh)
+}
+
+// releaseMembers releases one level of every member hold of mh, in reverse
+// order, and joins their errors.
+func (ml *MultiLock) releaseMembers(ctx context.Context, mh *multiHold) error {
 	var errs []error
 	for i := len(mh.holds) - 1; i >= 0; i-- {
 		m := ml.mutexes[i]
-		if err := m.release(lockCtx, mh.holds[i], m.c.NewID(), true); err != nil {
+		if err := m.release(ctx, mh.holds[i], newRequest(m.c), true); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// releaseDropped releases mh, whose lock context the program dropped (see
+// core.WatchDrop), as Unlock would. It reports whether mh was still held.
+func (ml *MultiLock) releaseDropped(mh *multiHold) (bool, error) {
+	if !mh.end() {
+		return false, nil
+	}
+	return true, ml.releaseMembers(context.Background(), mh)
 }
 
 // Tokens returns the fencing token of each member's hold carried by lockCtx,
@@ -164,7 +191,7 @@ func (ml *MultiLock) Tokens(lockCtx context.Context) (map[string]uint64, error) 
 	}
 	mh := ml.holdOf(lockCtx)
 	if mh == nil {
-		return nil, fmt.Errorf("%w: the context holds no %v", ErrNotHeld, ml)
+		return nil, fmt.Errorf("%w: the context holds no %s", ErrNotHeld, ml.label())
 	}
 	tokens := make(map[string]uint64, len(mh.holds))
 	for i, h := range mh.holds {
@@ -232,7 +259,7 @@ func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (co
 		return nil, err
 	}
 	wait = wait && !lc.tryOnce
-	var memberOpts []LockOption
+	memberOpts := []LockOption{asMember()} // the MultiLock's context is watched
 	if lc.leaseSet {
 		memberOpts = append(memberOpts, WithLease(lc.lease))
 	}
@@ -291,7 +318,7 @@ func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (co
 		}
 		releaseAll()
 		if !wait {
-			return nil, fmt.Errorf("%v member %q: %w", ml, ml.names[conflict], conflictErr)
+			return nil, fmt.Errorf("rlock: %s member %q: %w", ml.label(), ml.names[conflict], core.Inner(conflictErr))
 		}
 		lockCtx, err := ml.wait(ctx, ml.mutexes[conflict], deadline, memberOpts)
 		if err != nil {
@@ -306,32 +333,47 @@ func (ml *MultiLock) wait(ctx context.Context, m *Mutex, deadline time.Time, opt
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, fmt.Errorf("%w: %v member %q still taken when the wait timeout ran out: %w", ErrLocked, ml, m.name, context.DeadlineExceeded)
+			return nil, fmt.Errorf("%w: %s member %q still taken when the wait timeout ran out: %w", ErrLocked, ml.label(), m.name, context.DeadlineExceeded)
 		}
 		opts = append(slices.Clip(opts), WithWaitTimeout(left))
 	}
 	return m.Lock(ctx, opts...)
 }
 
-// hold makes the lock context of a complete acquisition: derived from ctx,
-// carrying every member's hold, and cancelled when any of them ends.
+// hold makes the lock context of a complete acquisition: with ctx's values,
+// carrying every member's hold, and cancelled when any of them ends (for a
+// member ctx held already, the outer hold it re-entered). It waits on the
+// holds' own contexts (core.Hold.Ctx), not the members' lock contexts, so
+// that nothing but the returned context keeps its multiLink reachable (see
+// core.WatchDrop).
 func (ml *MultiLock) hold(ctx context.Context, held []context.Context) (context.Context, error) {
-	lockCtx, cancel := context.WithCancelCause(ctx)
+	lockCtx, cancel := core.LockContext(ctx)
 	mh := &multiHold{holds: make([]*core.Hold, len(held)), cancel: cancel}
 	links, _ := ctx.Value(holdsKey{}).(*holdLink)
+	var stops []func() bool
 	for i, member := range held {
 		m := ml.mutexes[i]
 		h := m.holdOf(member)
 		mh.holds[i] = h
-		if member == ctx {
-			continue // re-entered: ctx carries the hold, and ends with it
+		if member != ctx { // else re-entered: ctx carries the hold already
+			links = &holdLink{c: m.c, name: m.name, h: h, outer: links}
 		}
-		links = &holdLink{c: m.c, name: m.name, h: h, outer: links}
-		context.AfterFunc(member, func() {
-			cancel(fmt.Errorf("%v member %q: %w", ml, m.name, context.Cause(member)))
-		})
+		if hc := h.Ctx; hc != nil {
+			stops = append(stops, context.AfterFunc(hc, func() {
+				cancel(fmt.Errorf("rlock: %s member %q: %w", ml.label(), m.name, core.Inner(context.Cause(hc))))
+			}))
+		}
 	}
+	// A re-entered member's hold outlives this one: stop waiting on it.
+	context.AfterFunc(lockCtx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	})
 	lockCtx = context.WithValue(lockCtx, holdsKey{}, links)
 	outer, _ := ctx.Value(multiKey{}).(*multiLink)
-	return context.WithValue(lockCtx, multiKey{}, &multiLink{c: ml.c.c, id: ml.id, mh: mh, outer: outer}), nil
+	l := &multiLink{c: ml.c.c, id: ml.id, mh: mh, outer: outer}
+	core.WatchDrop(ml.c.c, l, &core.Dropped{What: "multilock", Name: strings.Join(ml.names, ","), Owner: ml.c.c.ID,
+		Release: func() (bool, error) { return ml.releaseDropped(mh) }})
+	return context.WithValue(lockCtx, multiKey{}, l), nil
 }

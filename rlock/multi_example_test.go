@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/rlock"
 )
@@ -12,9 +15,19 @@ import (
 // whatever the order given, so that two transfers between the same accounts
 // in opposite directions cannot deadlock.
 func ExampleClient_MultiLock() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	ctx := context.Background()
 

@@ -22,10 +22,12 @@ import (
 // last Unlock frees the lock and wakes a waiter. A context that does not carry
 // the hold is another owner, even in the same goroutine.
 //
-// The lock context is cancelled when the hold ends: with cause ErrUnlocked
-// after the final Unlock, and ErrLeaseLost when the lease was lost. A lease is
-// not a correctness guarantee (a paused process can outlive it); protect
-// shared state with the fencing token (Token) where it matters.
+// The lock context keeps the values of Lock's ctx but not its cancellation:
+// it is cancelled exactly when the hold ends, with cause ErrUnlocked after
+// the final Unlock and ErrLeaseLost when the lease was lost (see Lock context
+// in the package documentation). A lease is not a correctness guarantee (a
+// paused process can outlive it); protect shared state with the fencing token
+// (Token) where it matters.
 type Mutex struct {
 	c    *core.Client
 	t    *cohorts
@@ -49,11 +51,19 @@ func (m *Mutex) Name() string { return m.name }
 // when an unreachable Redis must not block the caller; other Redis errors are
 // returned at once.
 //
-// On success it returns the lock context, derived from ctx, that carries the
-// hold; pass it to Unlock. Without WithLease the watchdog renews the lease until
-// Unlock. On failure nothing is held and nothing is left behind in Redis; the
-// error matches ctx's error when ctx ended, ErrLocked (and
-// context.DeadlineExceeded) when the wait timeout ran out.
+// ctx bounds the wait only. On success Lock returns the lock context, which
+// carries the hold: pass it, not ctx, to Unlock (defer m.Unlock(lockCtx)), and
+// do the guarded work with it. It keeps ctx's values but not ctx's
+// cancellation or deadline, and is cancelled exactly when this hold ends:
+// by the final Unlock (cause ErrUnlocked) or when the lease is lost
+// (ErrLeaseLost). So cancelling ctx later (a shutdown) leaves the lock held
+// and lockCtx live, for the critical section to finish and Unlock; a hold
+// whose lock context the program drops without Unlock is released once the
+// context is garbage (see Lock context in the package documentation). Without
+// WithLease the watchdog renews the lease until Unlock. On failure nothing is
+// held and nothing is left behind in Redis; the error matches ctx's error when
+// ctx ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout
+// ran out.
 //
 // If ctx already holds the lock, Lock re-enters at once and returns ctx.
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
@@ -89,7 +99,7 @@ func (m *Mutex) Token(lockCtx context.Context) (uint64, error) {
 	}
 	h := m.holdOf(lockCtx)
 	if h == nil {
-		return 0, fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
+		return 0, m.noHold(lockCtx)
 	}
 	return h.Token, nil
 }
@@ -204,9 +214,6 @@ type holdLink struct {
 	name  string
 	h     *core.Hold
 	outer *holdLink
-	// base is the context the hold was taken with (set by RWMutex only: a
-	// read lock taken under its write lock derives from it, see RLock).
-	base context.Context
 }
 
 func (m *Mutex) holdOf(ctx context.Context) *core.Hold {
@@ -222,18 +229,46 @@ func (m *Mutex) holdOf(ctx context.Context) *core.Hold {
 	return nil
 }
 
+// noHold is the error of a call given a context that carries no hold of the
+// lock: it says which context to pass, since the usual mistake is the context
+// given to Lock (the etcd habit), and names the Client whose Mutex does hold
+// the lock through ctx, if any.
+func (m *Mutex) noHold(ctx context.Context) error {
+	if other := otherClientHold(ctx, m.c, m.name); other != nil {
+		return fmt.Errorf("%w: the context holds lock %q through another Client (%s), not this Mutex's (%s): use that Client's Mutex",
+			ErrNotHeld, m.name, other.ID, m.c.ID)
+	}
+	return fmt.Errorf("%w: the context holds no lock %q: pass the lock context that Lock returned (or one derived from it), not the context given to Lock",
+		ErrNotHeld, m.name)
+}
+
+// otherClientHold returns the Client of a hold of name that ctx carries
+// through a Client other than c, or nil.
+func otherClientHold(ctx context.Context, c *core.Client, name string) *core.Client {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(holdsKey{}).(*holdLink)
+	for ; l != nil; l = l.outer {
+		if l.c != c && l.name == name {
+			return l.c
+		}
+	}
+	return nil
+}
+
 func (m *Mutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, m.name, err)
+	return fmt.Errorf("rlock: %s %q: %w", op, m.name, core.Inner(err))
 }
 
 func (m *Mutex) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: %q was already unlocked by this context", ErrNotHeld, m.name)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotHeld, m.name, cause)
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, m.name, core.Inner(cause))
 }
 
 // String describes the Mutex for logs.

@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/relockio/relock/internal/core"
@@ -26,10 +27,13 @@ const (
 // overflow and within Redis's expiry limits, and they refuse values that can
 // only be mistakes.
 const (
-	// MinWatchdogTimeout: the watchdog renews every third of the timeout and
-	// gives a renewal two thirds of it; below 100ms a renewal has under 70ms
-	// for its round trip, and a loaded machine (GC pause, -race) loses holds.
-	MinWatchdogTimeout = 100 * time.Millisecond
+	// MinWatchdogTimeout (300ms): the watchdog renews every third of the
+	// timeout and gives a renewal the other two thirds, the same schedule as
+	// a claim's early renewal (see MinClaimWindow), and a lock handed over to
+	// a watchdog hold is claimed for at most the timeout. Below 300ms a
+	// renewal has under 200ms for its round trip, and a loaded machine (a GC
+	// pause, -race) loses holds and hand-offs.
+	MinWatchdogTimeout = 300 * time.Millisecond
 	// MaxWatchdogTimeout: a crashed holder keeps its lock, and a vanished
 	// waiter its queue place (two timeouts), this long; a day is far beyond
 	// any sensible setting (the default is 30s).
@@ -94,6 +98,7 @@ type config struct {
 	ackSet          bool
 	ackRetry        bool          // see WithReplicaAckRetry
 	claimWindow     time.Duration // see WithClaimWindow
+	logger          *slog.Logger  // see WithLogger
 }
 
 func defaultConfig() config {
@@ -146,6 +151,7 @@ func (c *config) core() core.Config {
 		ReplicaAckTimeout: c.ackTimeout,
 		ReplicaAckRetry:   c.ackRetry,
 		ClaimWindow:       c.claimWindow,
+		Logger:            c.logger,
 	}
 }
 
@@ -185,8 +191,12 @@ func WithFIFO() Option {
 // watchdog renews such holds every third of it while they are held, so a
 // crashed holder's lock is free again at most this long after its last renewal.
 // It also sets how long a waiter that stopped re-checking keeps its place in a
-// lock's queue (two timeouts). Default 30s; allowed MinWatchdogTimeout (100ms)
-// to MaxWatchdogTimeout (24h).
+// lock's queue (two timeouts). A holder that cannot renew for the rest of its
+// lease (paused, or cut off from Redis: two thirds of the timeout at worst)
+// loses its lock. Default DefaultWatchdogTimeout
+// (30s); allowed MinWatchdogTimeout (300ms) to MaxWatchdogTimeout (24h): New
+// rejects a value outside them with an error matching ErrInvalidLease that
+// names the option and the range.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) { c.watchdogTimeout = d }
 }
@@ -212,9 +222,19 @@ func WithClaimWindow(d time.Duration) Option {
 }
 
 // WithKeyPrefix namespaces every key and pub/sub channel of the Client:
-// a lock named n lives at "<prefix>:{n}". Pub/sub channels ignore the database
-// number, so Clients sharing a server but not locks need distinct prefixes.
-// Default "rlock"; "" means no prefix. The prefix must not contain braces.
+// a lock named n lives at "<prefix>:{n}", and every key and channel of the
+// Client starts with "<prefix>:{", so the Redis ACL patterns "~<prefix>:{*"
+// and "&<prefix>:{*" confine a user to them (see the README's deployment
+// section). Pub/sub channels ignore the database number, so Clients sharing
+// a server but not locks need distinct prefixes. Default DefaultKeyPrefix
+// ("rlock").
+//
+// New rejects, with an error matching ErrInvalidName, a prefix that is empty,
+// contains a brace (it would move the hash tag), a control character or a
+// glob character of ACL patterns (* ? [ ] \), is not valid UTF-8, or is
+// longer than MaxNameLength: no ACL pattern could confine a user to such a
+// prefix. A ':' is allowed: "a" and "a:b" stay apart, as the '{' that
+// follows the prefix in every key separates them.
 func WithKeyPrefix(p string) Option {
 	return func(c *config) { c.keyPrefix = p }
 }
@@ -222,7 +242,9 @@ func WithKeyPrefix(p string) Option {
 // WithUnlockTimeout bounds how long Unlock keeps retrying a release whose
 // outcome is unknown (connection errors). Unlock does not stop when the lock
 // context is cancelled, which it is when the lease is lost; this bound applies
-// instead. Default 5s; allowed MinUnlockTimeout (10ms) to MaxUnlockTimeout (1m).
+// instead. It also bounds each release of a hold whose lock context the
+// program dropped (see WithLogger). Default 5s; allowed MinUnlockTimeout
+// (10ms) to MaxUnlockTimeout (1m).
 func WithUnlockTimeout(d time.Duration) Option {
 	return func(c *config) { c.unlockTimeout = d }
 }
@@ -232,6 +254,16 @@ func WithUnlockTimeout(d time.Duration) Option {
 // out. Default 1s; allowed MinNoExpiryPoll (10ms) to MaxNoExpiryPoll (1h).
 func WithNoExpiryPoll(d time.Duration) Option {
 	return func(c *config) { c.noExpiryPoll = d }
+}
+
+// WithLogger sets where the Client logs what a caller should hear of but
+// cannot be told through an error: today, a hold whose lock context the
+// program dropped without Unlock, which the Client released (see the package
+// documentation, Lock context). It logs at level Warn. Default: nil, which
+// logs to slog.Default() as it is when the line is written (so
+// slog.SetDefault applies).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }
 
 // WithPubSub passes options to the Client's subscription multiplexer, for
@@ -252,6 +284,9 @@ type lockConfig struct {
 	// as TryLock. waitSet is also true with waitTimeout 0, so that a caller
 	// that does not look at tryOnce still waits no longer than the attempt.
 	tryOnce bool
+	// member: a MultiLock takes the lock as one of its members; the
+	// MultiLock's lock context, not the member's, is watched for a drop.
+	member bool
 }
 
 func newLockConfig(opts []LockOption) (lockConfig, error) {
@@ -288,7 +323,8 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // WithWaitTimeout bounds how long Lock waits for the lock, without bounding the
-// hold: the returned context derives from Lock's ctx, not from this timeout.
+// hold: the lock context ends with the hold only, not with this timeout (nor
+// with Lock's ctx).
 // When it runs out, Lock fails with an error matching ErrLocked and
 // context.DeadlineExceeded. Default: wait until ctx is done.
 //
@@ -298,6 +334,11 @@ func WithLease(d time.Duration) LockOption {
 // and so are values above MaxWaitTimeout (30 days).
 func WithWaitTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.waitTimeout, c.waitSet = d, true }
+}
+
+// asMember marks a MultiLock's member acquisition (see lockConfig.member).
+func asMember() LockOption {
+	return func(c *lockConfig) { c.member = true }
 }
 
 // lockCall reads the options of a Lock or TryLock call and makes the checks

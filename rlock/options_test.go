@@ -1,6 +1,7 @@
 package rlock_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -24,6 +25,7 @@ func TestOptionBounds(t *testing.T) {
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(math.MaxInt64), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout + 1), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(10 * time.Millisecond), false},
+		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MinWatchdogTimeout - time.Millisecond), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(0), false},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MinWatchdogTimeout), true},
 		{"WithWatchdogTimeout", rlock.WithWatchdogTimeout(rlock.MaxWatchdogTimeout), true},
@@ -57,6 +59,69 @@ func TestOptionBounds(t *testing.T) {
 		if !errors.Is(err, rlock.ErrInvalidLease) || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "between") {
 			t.Errorf("New with an out-of-range %s: err = %v, want ErrInvalidLease naming the option and its range", tc.name, err)
 		}
+	}
+
+	// The message states the bound, so that a rejected value says what to use.
+	_, err := rlock.New(rc, rlock.WithWatchdogTimeout(10*time.Millisecond))
+	if want := "rlock: invalid lease: WithWatchdogTimeout(10ms) is out of range: must be between 300ms and 24h0m0s"; err == nil || err.Error() != want {
+		t.Errorf("New WithWatchdogTimeout(10ms): %v, want %q", err, want)
+	}
+	// A watchdog hold handed a lock is claimed for at most the timeout: the
+	// shortest timeout is no shorter than the shortest claim window.
+	if rlock.MinWatchdogTimeout < rlock.MinClaimWindow {
+		t.Errorf("MinWatchdogTimeout %v < MinClaimWindow %v", rlock.MinWatchdogTimeout, rlock.MinClaimWindow)
+	}
+}
+
+// TestWaitTimeoutZeroOnEveryLock: WithWaitTimeout(0) is one attempt for every
+// lock kind of a Client, as TryLock: on a lock held by another owner it fails
+// at once with ErrLocked (a generous bound: nothing waits), and leaves
+// nothing queued.
+func TestWaitTimeoutZeroOnEveryLock(t *testing.T) {
+	e := ftNewEnv(t)
+	holder, other := e.client(), e.client()
+	for what, lock := range map[string]func(c *rlock.Client) (context.Context, error){
+		"Mutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.Mutex("zero").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"FairMutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.FairMutex("zero").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"RWMutex.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.RWMutex("zero-rw").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+		"MultiLock.Lock": func(c *rlock.Client) (context.Context, error) {
+			return c.MultiLock("zero", "zero-2").Lock(e.ctx, rlock.WithWaitTimeout(0))
+		},
+	} {
+		held, err := lock(holder)
+		if err != nil {
+			t.Fatalf("%s WithWaitTimeout(0) on a free lock: %v", what, err)
+		}
+		start := time.Now()
+		_, err = lock(other)
+		if !errors.Is(err, rlock.ErrLocked) {
+			t.Errorf("%s WithWaitTimeout(0) on a held lock: err = %v, want ErrLocked", what, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s WithWaitTimeout(0) on a held lock took %v: it waited", what, d)
+		}
+		// Held lock kinds differ; the writer's RWMutex Unlock is Unlock too.
+		var uerr error
+		switch what {
+		case "RWMutex.Lock":
+			uerr = holder.RWMutex("zero-rw").Unlock(held)
+		case "MultiLock.Lock":
+			uerr = holder.MultiLock("zero", "zero-2").Unlock(held)
+		default:
+			uerr = holder.Mutex("zero").Unlock(held)
+		}
+		if uerr != nil {
+			t.Fatalf("%s: Unlock: %v", what, uerr)
+		}
+	}
+	if members := e.sortedSetMembers(); len(members) != 0 {
+		t.Errorf("one-attempt Locks left queue entries: %v", members)
 	}
 }
 
@@ -119,5 +184,50 @@ func TestLockOptionBounds(t *testing.T) {
 	}
 	if err := other.Unlock(lc); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKeyPrefixValidation: New refuses, with an error matching ErrInvalidName
+// that says why, a key prefix no ACL pattern could confine a Redis user to:
+// "" and the glob characters of ACL patterns (as it refuses braces). A ':'
+// is allowed, and a lock's keys then live under "<prefix>:{name}", apart from
+// those of the shorter prefix.
+func TestKeyPrefixValidation(t *testing.T) {
+	e := ftNewEnv(t)
+	for _, tc := range []struct{ prefix, want string }{
+		{"", "empty key prefix"},
+		{"tenant*", `'*'`},
+		{"tenant?", `'?'`},
+		{"tenant[12]", `'['`},
+		{"tenant]", `']'`},
+		{`tenant\*`, `'\\'`},
+		{"tenant{a}", "brace"},
+	} {
+		c, err := rlock.New(e.raw, rlock.WithKeyPrefix(tc.prefix))
+		if c != nil {
+			_ = c.Close()
+		}
+		if !errors.Is(err, rlock.ErrInvalidName) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with WithKeyPrefix(%q): err = %v, want ErrInvalidName saying %s", tc.prefix, err, tc.want)
+		}
+	}
+
+	nested := e.prefix + ":eu"
+	outer, inner := e.clientOn(e.raw), e.clientOn(e.raw, rlock.WithKeyPrefix(nested))
+	lockCtx, err := inner.Mutex("orders").Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock under prefix %q: %v", nested, err)
+	}
+	defer func() { _ = inner.Mutex("orders").Unlock(lockCtx) }()
+	if n, err := e.raw.Do(e.ctx, e.raw.B().Exists().Key(nested+":{orders}").Build()).AsInt64(); err != nil || n != 1 {
+		t.Errorf("EXISTS %s:{orders} = %d, %v; want the lock there", nested, n, err)
+	}
+	// The shorter prefix's lock of the same name is another lock.
+	otherCtx, err := outer.Mutex("orders").TryLock(e.ctx)
+	if err != nil {
+		t.Fatalf("TryLock of orders under prefix %q while %q holds its own: %v", e.prefix, nested, err)
+	}
+	if err := outer.Mutex("orders").Unlock(otherCtx); err != nil {
+		t.Error(err)
 	}
 }

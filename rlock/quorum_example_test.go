@@ -4,53 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"os"
+	"strings"
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
-// The quorum example runs against three throwaway redis-servers, started on
-// first use and stopped by TestMain (see stopExampleServer).
-var (
-	quorumOnce    sync.Once
-	quorumServers []*redistest.Server
-	quorumErr     error
-)
-
-func quorumMasters() []rueidis.Client {
-	quorumOnce.Do(func() {
-		quorumServers, quorumErr = redistest.StartServers(context.Background(), 3)
-	})
-	if quorumErr != nil {
-		panic("the quorum example needs three Redis servers: " + quorumErr.Error())
+func ExampleNewQuorum() {
+	// One rueidis client per independent Redis master (not replicas of one
+	// another), here from REDIS_QUORUM_ADDRS.
+	addrs := os.Getenv("REDIS_QUORUM_ADDRS")
+	if addrs == "" {
+		addrs = "127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381"
 	}
-	clients := make([]rueidis.Client, len(quorumServers))
-	for i, s := range quorumServers {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, ForceSingleClient: true})
+	var masters []rueidis.Client
+	for _, addr := range strings.Split(addrs, ",") {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
 		if err != nil {
 			panic(err)
 		}
-		clients[i] = rc
+		defer rc.Close()
+		masters = append(masters, rc)
 	}
-	return clients
-}
-
-func stopQuorumServers() {
-	for _, s := range quorumServers {
-		_ = s.Close()
-	}
-}
-
-func ExampleNewQuorum() {
-	masters := quorumMasters() // one rueidis client per independent master
-	defer func() {
-		for _, rc := range masters {
-			rc.Close()
-		}
-	}()
 	q, err := rlock.NewQuorum(masters...)
 	if err != nil {
 		panic(err)

@@ -20,9 +20,10 @@ import (
 // Ownership travels in the context, as with Mutex: Lock and TryLock return a
 // lock context that carries the hold; pass it to Unlock, and to Lock to
 // re-enter (re-entries are counted in the process, not on the masters). The
-// lock context is cancelled with cause ErrUnlocked by the final Unlock, and
-// with a cause matching ErrLeaseLost when fewer than a majority of the
-// masters confirm the hold any more.
+// lock context keeps the values of Lock's ctx but not its cancellation (see
+// Lock context in the package documentation): it is cancelled with cause
+// ErrUnlocked by the final Unlock, and with a cause matching ErrLeaseLost when
+// fewer than a majority of the masters confirm the hold any more.
 type QuorumMutex struct {
 	q    *Quorum
 	name string
@@ -46,9 +47,10 @@ func (qm *QuorumMutex) String() string {
 // would leave it without a majority (so a lost message costs at most that),
 // or, after a split vote between contenders, a short random delay.
 //
-// On success it returns the lock context, derived from ctx, carrying the
-// hold: the lock is held on a majority of the masters, for the validity that
-// Validity reports. Without WithLease the watchdog of each master's Client
+// ctx bounds the wait only. On success it returns the lock context carrying
+// the hold (with ctx's values, ended by this hold only; pass it, not ctx, to
+// Unlock): the lock is held on a majority of the masters, for the validity
+// that Validity reports. Without WithLease the watchdog of each master's Client
 // renews it there until Unlock. On failure nothing is held, and what a round
 // took on the masters that answered has been given back (on others it is
 // given back in the background, or expires with its lease). The error matches
@@ -204,7 +206,7 @@ func (qm *QuorumMutex) hold(ctx context.Context, r *round, renew bool) (context.
 		qm.giveBackRound(r)
 		return nil, qm.wrap("lock", core.CtxError(ctx))
 	}
-	lockCtx, cancel := context.WithCancelCause(ctx)
+	lockCtx, cancel := core.LockContext(ctx)
 	qh := &quorumHold{qm: qm, cancel: cancel, holds: make([]*core.Hold, len(q.masters)), count: 1}
 	var made []*core.Hold
 	qh.mu.Lock()
@@ -240,7 +242,27 @@ func (qm *QuorumMutex) hold(ctx context.Context, r *round, renew bool) (context.
 		}
 	}
 	outer, _ := ctx.Value(quorumHoldsKey{}).(*quorumLink)
-	return context.WithValue(lockCtx, quorumHoldsKey{}, &quorumLink{q: q, name: qm.name, h: qh, outer: outer}), nil
+	// The masters' holds reach qh (their cancel functions), not the link.
+	l := &quorumLink{q: q, name: qm.name, h: qh, outer: outer}
+	core.WatchDrop(q.masters[0].c, l, &core.Dropped{What: "quorum lock", Name: qm.name, Owner: r.owner,
+		Release: func() (bool, error) { return qm.releaseDropped(qh) }})
+	return context.WithValue(lockCtx, quorumHoldsKey{}, l), nil
+}
+
+// releaseDropped releases qh, whose lock context the program dropped (see
+// core.WatchDrop), on every master, whatever its re-entry count. It reports
+// whether qh was still held.
+func (qm *QuorumMutex) releaseDropped(qh *quorumHold) (bool, error) {
+	qh.mu.Lock()
+	if qh.ended {
+		qh.mu.Unlock()
+		return false, nil
+	}
+	qh.ended, qh.cause = true, ErrUnlocked
+	holds := slices.Clone(qh.holds)
+	qh.mu.Unlock()
+	qh.cancel(ErrUnlocked)
+	return true, qm.releaseAll(holds, true)
 }
 
 // giveBackRound gives back, in the background, every vote of a round that
@@ -287,7 +309,7 @@ func (qm *QuorumMutex) Unlock(lockCtx context.Context) error {
 	}
 	qh := qm.holdOf(lockCtx)
 	if qh == nil {
-		return fmt.Errorf("%w: the context holds no quorum lock %q", ErrNotHeld, qm.name)
+		return qm.noHold(lockCtx)
 	}
 	qh.mu.Lock()
 	if qh.ended {
@@ -319,7 +341,7 @@ func (qm *QuorumMutex) Validity(lockCtx context.Context) (time.Duration, error) 
 	}
 	qh := qm.holdOf(lockCtx)
 	if qh == nil {
-		return 0, fmt.Errorf("%w: the context holds no quorum lock %q", ErrNotHeld, qm.name)
+		return 0, qm.noHold(lockCtx)
 	}
 	qh.mu.Lock()
 	defer qh.mu.Unlock()
@@ -333,14 +355,28 @@ func (qm *QuorumMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, err)
+	return fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, core.Inner(err))
+}
+
+// noHold is the error of a call given a context that carries no hold of the
+// lock (see Mutex.noHold).
+func (qm *QuorumMutex) noHold(ctx context.Context) error {
+	if ctx != nil {
+		for l, _ := ctx.Value(quorumHoldsKey{}).(*quorumLink); l != nil; l = l.outer {
+			if l.q != qm.q && l.name == qm.name {
+				return fmt.Errorf("%w: the context holds quorum lock %q through another Quorum: use that Quorum's QuorumMutex", ErrNotHeld, qm.name)
+			}
+		}
+	}
+	return fmt.Errorf("%w: the context holds no quorum lock %q: pass the lock context that Lock returned (or one derived from it), not the context given to Lock",
+		ErrNotHeld, qm.name)
 }
 
 func (qm *QuorumMutex) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: quorum lock %q was already unlocked by this context", ErrNotHeld, qm.name)
 	}
-	return fmt.Errorf("%w: quorum lock %q: %w", ErrNotHeld, qm.name, cause)
+	return fmt.Errorf("%w: quorum lock %q: %w", ErrNotHeld, qm.name, core.Inner(cause))
 }
 
 // quorumHoldsKey finds the quorum holds carried by a context, as holdsKey
@@ -504,10 +540,10 @@ func (qm *QuorumMutex) releaseOn(ctx context.Context, c *core.Client, h *core.Ho
 	h.BeginRelease()
 	defer h.EndRelease()
 	lease, _ := h.Lease()
-	id := c.NewID()
+	req := newRequest(c)
 	var r releaseReply
 	err = core.RetryTransient(ctx, func() (err error) {
-		r, err = releaseScript(ctx, c, qm.keys, h.Owner, id, lease, successorPlace{}, false)
+		r, err = releaseScript(ctx, c, qm.keys, h.Owner, req, lease, successorPlace{}, false)
 		c.NoteError(err)
 		return err
 	})

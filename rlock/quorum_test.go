@@ -520,6 +520,8 @@ func TestQuorumBadInput(t *testing.T) {
 		{"negative attempt timeout", rlock.QuorumOptions{AttemptTimeout: -time.Millisecond}, rcs[:3], rlock.ErrInvalidLease},
 		{"attempt timeout beyond a third of the lease", rlock.QuorumOptions{AttemptTimeout: 11 * time.Second}, rcs[:3], rlock.ErrInvalidLease},
 		{"bad key prefix", rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithKeyPrefix("a{b")}}, rcs[:3], rlock.ErrInvalidName},
+		{"empty key prefix", rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithKeyPrefix("")}}, rcs[:3], rlock.ErrInvalidName},
+		{"glob key prefix", rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithKeyPrefix("tenant*")}}, rcs[:3], rlock.ErrInvalidName},
 		{"bad watchdog", rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithWatchdogTimeout(time.Millisecond)}}, rcs[:3], rlock.ErrInvalidLease},
 	} {
 		q, err := rlock.NewQuorumWith(tc.opts, tc.clients...)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -46,7 +47,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 			// A downgrade in the making: granted at once, never queued.
 			// (With WithReplicaAckRetry, a blocking RLock waits for the
 			// replicas while ctx lasts instead.)
-			a.via, a.base = wl.h.Owner, wl.base
+			a.via = wl.h.Owner
 			a.persist = wait && rw.c.Cfg.ReplicaAckRetry
 			wait = false
 		}
@@ -102,9 +103,8 @@ type rwAcquisition struct {
 	lease  time.Duration
 	renew  bool
 	// via is the owner field of the caller's write hold (a read lock under
-	// it), and base the context that write hold was taken with.
-	via  string
-	base context.Context
+	// it).
+	via string
 	// persist: a downgrade that waits for the replicas while ctx lasts
 	// (WithReplicaAckRetry).
 	persist bool
@@ -139,11 +139,11 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 	c := a.rw.c
 	if w != nil {
 		if a.write {
-			w.SetTag(a.owner) // a new owner id discards grants to the old one
+			pubsubx.SetTag(w, a.owner) // a new owner id discards grants to the old one
 		} else {
-			w.SetTag(readTag)
+			pubsubx.SetTag(w, readTag)
 		}
-		data := w.TakeData()
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			return true, 0, nil
 		}
@@ -247,7 +247,7 @@ func (a *rwAcquisition) failure(err error) error {
 	case errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, errWriteHoldGone):
-		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, ErrLeaseLost)
+		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
 	case !waitOver:
 		return rw.wrap(what, err)
 	case a.lastErr != nil:
@@ -262,39 +262,27 @@ func (a *rwAcquisition) failure(err error) error {
 
 // hold turns a successful acquisition into a lock context. If ctx ended in
 // the meantime the hold is given back, so a cancelled call never leaves one.
+// The lock context ends with this hold only (see core.LockContext): a read
+// lock taken under a write lock outlives the write Unlock (a downgrade).
 func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	rw := a.rw
-	var lockCtx context.Context
-	var cancel context.CancelCauseFunc
-	if a.base != nil {
-		// A read lock under a write lock: it must outlive the write Unlock,
-		// which cancels the write lock context ctx derives from. It ends
-		// when the context the write lock was taken with does.
-		var cancelCtx context.CancelCauseFunc
-		lockCtx, cancelCtx = context.WithCancelCause(context.WithoutCancel(ctx))
-		base := a.base
-		stop := context.AfterFunc(base, func() { cancelCtx(context.Cause(base)) })
-		cancel = func(cause error) {
-			stop()
-			cancelCtx(cause)
-		}
-	} else {
-		lockCtx, cancel = context.WithCancelCause(ctx)
-	}
+	lockCtx, cancel := core.LockContext(ctx)
+	write := a.write
 	kind, key, name := rwReadKind, rw.keys.readers, rw.rname
-	if a.write {
+	if write {
 		kind, key, name = rwWriteKind, rw.keys.writer, rw.wname
 	}
 	h := rw.c.NewHold(kind, key, a.owner, a.token, a.lease, a.renew, cancel)
+	h.Ctx = lockCtx
 	h.SetCount(a.count)
 	h.LateAttempts = a.uncertain
 	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
 		h.End(ErrUnlocked)
-		rwAbandon(rw.c, rw.keys, a.owner, a.secret, a.write, a.lease, true)
+		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
 		if err == nil {
 			err = ErrClosed
 		}
-		return nil, rw.wrap(lockWord(a.write)+" lock", err)
+		return nil, rw.wrap(lockWord(write)+" lock", err)
 	}
 	if a.claimed {
 		h.StartClaimed(a.ticket, a.claim())
@@ -302,7 +290,32 @@ func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 		h.Start(a.ticket)
 	}
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
-	return context.WithValue(lockCtx, holdsKey{}, &holdLink{c: rw.c, name: name, h: h, outer: outer, base: ctx}), nil
+	l := &holdLink{c: rw.c, name: name, h: h, outer: outer}
+	core.WatchDrop(rw.c, l, &core.Dropped{What: "rwmutex " + lockWord(write) + " lock", Name: rw.name, Owner: h.Owner,
+		Release: func() (bool, error) { return rw.releaseDropped(h, write) }})
+	return context.WithValue(lockCtx, holdsKey{}, l), nil
+}
+
+// releaseDropped releases every level of h, whose lock context the program
+// dropped (see core.WatchDrop and Mutex.releaseDropped).
+func (rw *RWMutex) releaseDropped(h *core.Hold, write bool) (released bool, err error) {
+	for {
+		before, _ := h.Count()
+		err := rw.release(context.Background(), h, write, rw.c.NewID())
+		switch {
+		case errors.Is(err, ErrNotHeld) && !released:
+			return false, nil // ended meanwhile
+		case err != nil:
+			return released, err
+		}
+		released = true
+		if ended(h) {
+			return true, nil
+		}
+		if after, _ := h.Count(); after >= before {
+			return true, fmt.Errorf("rlock: release %s lock %q: the hold count did not fall (%d, then %d)", lockWord(write), rw.name, before, after)
+		}
+	}
 }
 
 // reenter adds a level to h, idempotently per request, as Mutex.reenter does:
@@ -368,7 +381,7 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 		l = wl
 	}
 	if l == nil {
-		return fmt.Errorf("%w: the context holds no %s lock %q", ErrNotHeld, lockWord(write), rw.name)
+		return rw.noHold(lockCtx, write)
 	}
 	return rw.release(lockCtx, l.h, write, rw.c.NewID())
 }

@@ -27,9 +27,11 @@ import (
 //
 // Each read hold has a lease of its own, renewed by the Client's watchdog (or
 // fixed by WithLease), so a reader that crashed keeps writers out for at most
-// its lease, whatever other readers do. The lock context is cancelled when the
-// hold ends: with cause ErrUnlocked after its final unlock, ErrLeaseLost when
-// the lease was lost.
+// its lease, whatever other readers do. As with Mutex, the lock context keeps
+// the values of the call's ctx but not its cancellation, and is cancelled
+// exactly when its hold ends: with cause ErrUnlocked after its final unlock,
+// ErrLeaseLost when the lease was lost (see Lock context in the package
+// documentation).
 //
 // # Writer preference
 //
@@ -44,24 +46,24 @@ import (
 // at the head once no reader holds, or to every reader from the head up to the
 // next writer, who enter together. A write release thus tells all the readers
 // it admits with one message (on the lock's read channel), and the last read
-// release tells one writer (on its Client's grant channel). As with Mutex,
-// the message carries the grant, proven with a secret of each waiter's queue
+// release tells one writer (on its Client's grant channel). As with Mutex, the
+// message carries the grant, proven with a secret of each waiter's queue
 // entry, so a waiter holds the lock without a further round trip, and no one
-// without the secret can make it believe it does.
-// A grant runs for the waiter's claim window (WithClaimWindow, 3s by
-// default) until its Client extends it to the lease with an early renewal
-// batched with the watchdog's; a waiter whose last check is more than half a
-// window old, or that asked for a WithLease hold, confirms the grant with one
-// round trip instead. Every wait is also bounded by the lease of the holders
-// (the writer's, or the earliest reader's), so a lost message costs at most
-// one lease (a waiter whose re-check comes after its grant's claim window
-// lapsed finds the lock gone on, and queues again at the back). A grant that
-// no process hears (the waiters' Clients are gone) is undone at once and the
-// next waiter served. A waiter granted the lock that cannot take it up (its
-// process hung with its connections open, or gone while live readers
-// admitted with it heard the message) holds it for its claim window only,
-// and the waiter queued next is told to re-check when that window lapses: it
-// holds the queue up for seconds, not a lease.
+// without the secret can make it believe it does. A grant runs for the
+// waiter's claim window (WithClaimWindow, 3s by default) until its Client
+// extends it to the lease with an early renewal batched with the watchdog's; a
+// waiter whose last check is more than half a window old, or that asked for a
+// WithLease hold, confirms the grant with one round trip instead. Every wait
+// is also bounded by the lease of the holders (the writer's, or the earliest
+// reader's), so a lost message costs at most one lease (a waiter whose
+// re-check comes after its grant's claim window lapsed finds the lock gone on,
+// and queues again at the back). A grant that no process hears (the waiters'
+// Clients are gone) is undone at once and the next waiter served. A waiter
+// granted the lock that cannot take it up (its process hung with its
+// connections open, or gone while live readers admitted with it heard the
+// message) holds it for its claim window only, and the waiter queued next is
+// told to re-check when that window lapses: it holds the queue up for seconds,
+// not a lease.
 //
 // # Fencing
 //
@@ -100,17 +102,19 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // Writer preference) and sleeps, without polling, until a release admits it.
 // Connection errors are retried with backoff until ctx ends, as in Mutex.Lock.
 //
-// On success it returns the lock context, derived from ctx, that carries the
-// read hold; pass it to RUnlock. Without WithLease the watchdog renews the
-// hold's own lease until RUnlock. On failure nothing is held and nothing is
-// left behind in Redis; the error matches ctx's error when ctx ended, ErrLocked
-// (and context.DeadlineExceeded) when the wait timeout ran out.
+// ctx bounds the wait only. On success it returns the lock context that
+// carries the read hold (with ctx's values, ended by this hold only, as
+// Mutex.Lock's); pass it, not ctx, to RUnlock. Without WithLease the watchdog
+// renews the hold's own lease until RUnlock. On failure nothing is held and
+// nothing is left behind in Redis; the error matches ctx's error when ctx
+// ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
+// out.
 //
 // If ctx holds the read lock, RLock re-enters at once and returns ctx. If ctx
 // holds the write lock, RLock takes the read lock at once, whoever waits, so
 // that the holder may keep it after Unlock of the write lock (a downgrade):
-// its lock context then derives from the context the write lock was taken
-// with (keeping ctx's values), so that the write Unlock does not cancel it.
+// its lock context ends with the read hold only, so the write Unlock does not
+// cancel it.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.lock(ctx, false, true, opts)
 }
@@ -129,12 +133,13 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Co
 // and sleeps, without polling, until the lock is granted to it. Connection
 // errors are retried with backoff until ctx ends, as in Mutex.Lock.
 //
-// On success it returns the lock context, derived from ctx, that carries the
-// write hold (with a new fencing token, see Token); pass it to Unlock. On
-// failure nothing is held and nothing is left behind in Redis; the error
-// matches ctx's error when ctx ended, ErrLocked (and context.DeadlineExceeded)
-// when the wait timeout ran out, and ErrUpgrade, at once, when ctx holds the
-// read lock but not the write lock.
+// ctx bounds the wait only. On success it returns the lock context that
+// carries the write hold (with a new fencing token, see Token; with ctx's
+// values, ended by this hold only, as Mutex.Lock's); pass it, not ctx, to
+// Unlock. On failure nothing is held and nothing is left behind in Redis; the
+// error matches ctx's error when ctx ended, ErrLocked (and
+// context.DeadlineExceeded) when the wait timeout ran out, and ErrUpgrade, at
+// once, when ctx holds the read lock but not the write lock.
 //
 // If ctx holds the write lock, Lock re-enters at once and returns ctx.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
@@ -181,7 +186,8 @@ func (rw *RWMutex) Token(lockCtx context.Context) (uint64, error) {
 	}
 	_, h := rw.current(lockCtx)
 	if h == nil {
-		return 0, fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, rw.name)
+		return 0, fmt.Errorf("%w: the context holds no lock %q: pass the lock context that Lock or RLock returned (or one derived from it), not the context given to it",
+			ErrNotHeld, rw.name)
 	}
 	return h.Token, nil
 }
@@ -270,14 +276,35 @@ func (rw *RWMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, err)
+	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, core.Inner(err))
+}
+
+// noHold is the error of an unlock given a context that carries no hold of
+// the lock of that kind (see Mutex.noHold).
+func (rw *RWMutex) noHold(ctx context.Context, write bool) error {
+	what, name, verb := "read", rw.rname, "RLock"
+	if write {
+		what, name, verb = "write", rw.wname, "Lock"
+	}
+	if other := otherClientHold(ctx, rw.c, name); other != nil {
+		return fmt.Errorf("%w: the context holds the %s lock %q through another Client (%s), not this RWMutex's (%s): use that Client's RWMutex",
+			ErrNotHeld, what, rw.name, other.ID, rw.c.ID)
+	}
+	switch wl, rl := rw.links(ctx); {
+	case write && rl != nil:
+		return fmt.Errorf("%w: the context holds the read lock %q, not the write lock: use RUnlock", ErrNotHeld, rw.name)
+	case !write && wl != nil:
+		return fmt.Errorf("%w: the context holds the write lock %q, not the read lock: use Unlock", ErrNotHeld, rw.name)
+	}
+	return fmt.Errorf("%w: the context holds no %s lock %q: pass the lock context that %s returned (or one derived from it), not the context given to %s",
+		ErrNotHeld, what, rw.name, verb, verb)
 }
 
 func (rw *RWMutex) notHeld(what string, cause error) error {
 	if cause == nil || errors.Is(cause, ErrUnlocked) {
 		return fmt.Errorf("%w: the %s lock %q was already unlocked by this context", ErrNotHeld, what, rw.name)
 	}
-	return fmt.Errorf("%w: the %s lock %q: %w", ErrNotHeld, what, rw.name, cause)
+	return fmt.Errorf("%w: the %s lock %q: %w", ErrNotHeld, what, rw.name, core.Inner(cause))
 }
 
 func lockWord(write bool) string {

@@ -4,12 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/rlock"
 )
 
 func ExampleRWMutex() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
 	c, err := rlock.New(rc, rlock.WithKeyPrefix("example-rw"))
 	if err != nil {

@@ -292,7 +292,7 @@ func TestRWCrashedHoldersFreeWithinLease(t *testing.T) {
 		other := e.client()
 		// A live reader with its own renewed lease stays; only the crashed
 		// one's lease runs out.
-		rwLock(t, e.ctx, crashed.RWMutex(name), write)
+		keepHeld(t, rwLock(t, e.ctx, crashed.RWMutex(name), write))
 		if err := crashed.Close(); err != nil {
 			t.Fatal(err)
 		}

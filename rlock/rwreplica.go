@@ -58,7 +58,7 @@ func (rw *RWMutex) reentryUnacked(ctx context.Context, h *core.Hold, write bool,
 	case left < 1:
 		// The outer hold is gone too (lost to a failover or expiry).
 		h.End(ErrLeaseLost)
-		return rw.notHeld(what, fmt.Errorf("%w; %w", ErrLeaseLost, err))
+		return rw.notHeld(what, fmt.Errorf("%w; %w", ErrLeaseLost, core.Inner(err)))
 	}
 	h.SetCount(left)
 	return rw.wrap("re-enter "+what+" lock", err)

@@ -211,7 +211,7 @@ type successorPlace struct {
 // release (or the lock is kept for it; see release.lua). bury leaves a
 // tombstone of owner when the release frees it: an acquisition attempt of it
 // may still run late.
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID string, lease time.Duration, next successorPlace, bury bool) (releaseReply, error) {
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next successorPlace, bury bool) (releaseReply, error) {
 	entry := ""
 	if next.owner != "" {
 		entry = next.owner + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + next.secret
@@ -220,14 +220,26 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner, requestID
 	if bury {
 		tombstone = ms(c.Cfg.WatchdogTimeout)
 	}
-	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(requestID), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
+	resent := flag(req.sent)
+	req.sent = true
+	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
-			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(next.reserved)}).AsIntSlice()
+			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(next.reserved), resent}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}
 	return parseReleaseReply(vals)
 }
+
+// request is one idempotent release: its id names the result latch that a
+// retry reads, and sent records that an attempt went out, so that only a
+// retry pays for reading the latch (a first attempt cannot find one).
+type request struct {
+	id   string
+	sent bool
+}
+
+func newRequest(c *core.Client) *request { return &request{id: c.NewID()} }
 
 // abandonScript runs abandon.lua for owner, queued (if at all) with lease and
 // secret.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -17,11 +18,18 @@ import (
 // It stops renewals and cancels lockCtx with cause ErrUnlocked. A fair Mutex
 // (Client.FairMutex) always releases in Redis, to the head of its queue.
 //
+// lockCtx must be the context Lock returned (or one derived from it), not the
+// context given to Lock: that one carries no hold, and Unlock then fails with
+// an ErrNotHeld that says so, leaving the lock held (a deferred Unlock
+// discards that error: check it, or rely on the release of a dropped lock
+// context, see Lock context in the package documentation).
+//
 // Unlock works even when lockCtx is cancelled; it retries connection errors for
 // up to the unlock timeout with an idempotent request, so a retried release never
 // counts twice. It fails with ErrNotHeld when lockCtx does not hold the lock (it
-// never did, it was already fully unlocked, or the lease was lost: then the
-// error also matches ErrLeaseLost); Redis is left unchanged then. When the
+// never did, it holds it through another Client's Mutex, it was already fully
+// unlocked, or the lease was lost: then the error also matches ErrLeaseLost);
+// Redis is left unchanged then. When the
 // release itself fails (Redis unreachable past the unlock timeout, or the
 // command denied), the hold is given up: it fails with an *AbandonError
 // (ErrAbandoned), renewals stop so that Redis frees the lock within one lease
@@ -32,14 +40,14 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	}
 	h := m.holdOf(lockCtx)
 	if h == nil {
-		return fmt.Errorf("%w: the context holds no lock %q", ErrNotHeld, m.name)
+		return m.noHold(lockCtx)
 	}
-	return m.release(lockCtx, h, m.c.NewID(), true)
+	return m.release(lockCtx, h, newRequest(m.c), true)
 }
 
 // release releases one level of h. mayPark lets the final level keep the lock
 // for a moment for this Client's next Lock (see cohorts.park).
-func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string, mayPark bool) error {
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mayPark bool) error {
 	h.Serial.Lock()
 	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
@@ -74,7 +82,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 		t := h.Send(lease)
 		var r releaseReply
 		err := core.RetryTransient(ctx, func() (err error) {
-			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, requestID, lease, place, h.LateAttempts)
+			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, place, h.LateAttempts)
 			m.c.NoteError(err)
 			return err
 		})
@@ -98,7 +106,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 				return nil
 			}
 			m.t.dissolve(m.name, h)
-			requestID = m.c.NewID()
+			req = newRequest(m.c)
 			continue
 		case r.kept:
 			return m.wrap("unlock", fmt.Errorf("unexpected reply: lock kept without a successor"))
@@ -127,9 +135,9 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, requestID string,
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
 func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
 	if next != nil {
-		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
+		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
 			owner := m.c.NewID()
-			w.SetTag(owner)
+			pubsubx.SetTag(w, owner)
 			return w, successorPlace{owner: owner, secret: newSecret(), reserved: next.reservedBy != nil}
 		}
 	}
@@ -187,5 +195,5 @@ func (m *Mutex) handOn(p *cohortPass) {
 	h.StartFrom(p.until, p.epoch)
 	h.AwaitExtension(p.claim)
 	m.t.adopt(m.name, h)
-	_ = m.release(context.Background(), h, m.c.NewID(), false)
+	_ = m.release(context.Background(), h, newRequest(m.c), false)
 }

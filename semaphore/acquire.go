@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 )
@@ -31,8 +32,13 @@ type permit struct {
 // WithWaitTimeout runs out. Waiters are served in arrival order across all
 // processes (see the package documentation).
 //
-// On success it returns the permit context, derived from ctx, that carries the
-// permits; pass it to Release. On failure nothing is held and the waiter's place
+// ctx bounds the wait only. On success it returns the permit context that
+// carries the permits; pass it, not ctx, to Release. As an rlock lock context
+// (see Lock context in the rlock documentation), it keeps ctx's values but not
+// its cancellation or deadline, and is cancelled exactly when the permits end:
+// by Release (cause ErrReleased) or when their lease is lost (ErrLeaseLost);
+// permits whose permit context the program drops without Release are released
+// once it is garbage. On failure nothing is held and the waiter's place
 // in the queue is given up; the error matches ctx's error when ctx ended,
 // ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
 // ErrExceedsLimit when n is above the limit (at once, or when the limit is
@@ -131,7 +137,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	var w *pubsub.Waiter
 	if wait {
 		// Contended (our grant channel is live): one script queues at once.
-		w = s.c.Mux.SubscribeIfLive(s.grant, n)
+		w = pubsubx.SubscribeIfLive(s.c.Mux, s.grant, n)
 	}
 	if w == nil {
 		// The first attempt does not join the queue: a grant published to a
@@ -170,7 +176,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
 			// The wait ran out while Redis could not be reached: say so,
 			// rather than that no permits were free.
-			return nil, fmt.Errorf("%w: acquire %q: %w; last error: %w", ErrUnavailable, s.name, waitCtx.Err(), a.lastErr)
+			return nil, fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), waitCtx.Err(), a.lastErr)
 		}
 		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
 			return nil, err
@@ -278,8 +284,8 @@ func (a *acquisition) entry() string {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
-		w.SetTag(a.id) // a new id discards grants to the old one
-		data := w.TakeData()
+		pubsubx.SetTag(w, a.id) // a new id discards grants to the old one
+		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			return true, 0, nil
 		}
@@ -331,9 +337,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		if w != nil {
 			a.queuedAt = t
 		}
-		// Re-check by the earliest expiry, and often enough to keep our place
-		// in the queue (it lapses after one watchdog timeout).
-		retry := s.c.Cfg.WatchdogTimeout / 3
+		// Re-check by the earliest expiry, and at least as often as the
+		// script was told (see recheckCap), which keeps our place in the
+		// queue.
+		retry := recheckCap(s.c)
 		if r.value >= 0 {
 			retry = min(retry, time.Duration(r.value+1)*time.Millisecond)
 		}
@@ -400,8 +407,9 @@ func (a *acquisition) giveUp(ctx context.Context) {
 // the meantime the permits are given back.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	s := a.s
-	permitCtx, cancel := context.WithCancelCause(ctx)
+	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
+	h.Ctx = permitCtx
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
 		h.End(ErrReleased)
 		a.traced = true
@@ -420,7 +428,27 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		s.turns.form(s.name, h, a.lw, a.contended)
 		context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
 	}
-	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: a.got}), nil
+	return s.withPermit(permitCtx, h, a.got), nil
+}
+
+// withPermit makes the permit context returned to the caller: permitCtx (see
+// core.LockContext) carrying n permits of h, which are released if the
+// program drops that context without Release (see core.WatchDrop).
+func (s *Semaphore) withPermit(permitCtx context.Context, h *core.Hold, n int64) context.Context {
+	p := &permit{hold: h, n: n}
+	core.WatchDrop(s.c, p, &core.Dropped{What: "semaphore", Name: s.name, Owner: h.Owner,
+		Release: func() (bool, error) { return s.releaseDropped(h, n) }})
+	return context.WithValue(permitCtx, permitKey{s.c, s.name}, p)
+}
+
+// releaseDropped releases the n permits of h, whose permit context the
+// program dropped. It reports whether they were still held.
+func (s *Semaphore) releaseDropped(h *core.Hold, n int64) (bool, error) {
+	err := s.release(context.Background(), &permit{hold: h, n: n}, s.c.NewID(), false, false)
+	if errors.Is(err, ErrNotHeld) {
+		return false, nil // ended meanwhile: a Release in flight, a loss
+	}
+	return err == nil, err
 }
 
 // waitLocal waits among the Client's waiters until it is passed a lease
@@ -476,7 +504,8 @@ func (s *Semaphore) Release(permitCtx context.Context) error {
 	}
 	p := s.permitOf(permitCtx)
 	if p == nil {
-		return fmt.Errorf("%w: the context holds no permit of %q", ErrNotHeld, s.name)
+		return fmt.Errorf("%w: the context holds no permit of %q: pass the permit context that Acquire returned (or one derived from it), not the context given to Acquire",
+			ErrNotHeld, s.name)
 	}
 	return s.release(permitCtx, p, s.c.NewID(), false, true)
 }
@@ -516,7 +545,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	case err != nil:
 		id := h.Owner
 		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
-		return fmt.Errorf("semaphore %q: %w", s.name, ae)
+		return fmt.Errorf("semaphore: release %q: %w", s.name, ae)
 	case released < 0:
 		h.End(ErrLeaseLost)
 		return s.notHeld(ErrLeaseLost)
@@ -548,5 +577,5 @@ func (s *Semaphore) notHeld(cause error) error {
 	if cause == nil || errors.Is(cause, ErrReleased) {
 		return fmt.Errorf("%w: %q was already released by this context", ErrNotHeld, s.name)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, cause)
+	return fmt.Errorf("%w: %q: %w", ErrNotHeld, s.name, core.Inner(cause))
 }

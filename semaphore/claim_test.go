@@ -56,6 +56,61 @@ func TestStuckGranteeHoldsQueueForClaimWindow(t *testing.T) {
 	mustRelease(t, next, r.ctx)
 }
 
+// TestStuckGranteeBehindClaimNeedsNoNotice: a waiter queued behind permits
+// granted for a claim window plans to re-check when that window lapses, so the
+// hand-off that follows, to a waiter that then gets stuck with its connection
+// open, sends it no notice: its own re-checks find the stuck waiter's claim
+// and then take the permit once that lapses, a claim window after the
+// hand-off, long before the third of the watchdog timeout it would otherwise
+// wait.
+func TestStuckGranteeBehindClaimNeedsNoNotice(t *testing.T) {
+	e := newEnv(t)
+	const name = "claim-no-notice"
+	first := e.sem(e.client(), name, 1)
+	claimed := e.sem(e.client(), name, 1)
+	pc, proxy := e.proxied()
+	stuck := e.sem(pc, name, 1)
+	wc := e.client()
+	last := e.sem(wc, name, 1)
+
+	held := mustAcquire(t, first, e.ctx, 1)
+	claimedCh := goAcquire(claimed, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the first waiter queued", func() bool { return e.queueLen(name) == 1 })
+	stuckCh := goAcquire(stuck, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the second waiter queued", func() bool { return e.queueLen(name) == 2 })
+	mustRelease(t, first, held)
+	// Handed over for the claim window; its Client extends it about a third
+	// of the window later, after the last waiter queued behind it.
+	byClaim := receive(t, claimedCh, prompt, "the first waiter")
+	lastCh := goAcquire(last, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the last waiter queued", func() bool { return e.queueLen(name) == 2 })
+	before := wc.PubSubStats().Messages
+
+	mustRelease(t, claimed, byClaim.ctx)
+	granted := receive(t, stuckCh, prompt, "the stuck waiter")
+	proxy.Stall()
+	defer proxy.Resume()
+
+	r := receive(t, lastCh, 15*time.Second, "the waiter behind the stuck one")
+	waited := r.at.Sub(granted.at)
+	t.Logf("the waiter behind the stuck one got the permit %v after the hand-off", waited)
+	if waited < rlock.DefaultClaimWindow/2 {
+		t.Errorf("the last waiter got the permit %v after the hand-off: before the stuck one's claim could lapse", waited)
+	}
+	if waited > rlock.DefaultClaimWindow+3*time.Second {
+		t.Errorf("the last waiter got the permit %v after the hand-off: the stuck one held the queue up past its claim window (%v)", waited, rlock.DefaultClaimWindow)
+	}
+	if n := wc.PubSubStats().Messages - before; n != 0 {
+		t.Errorf("the last waiter's Client received %d messages, want none: it planned to re-check within the claim window, and took the permit itself", n)
+	}
+	waitDone(t, granted.ctx, 10*time.Second, "the stuck waiter's permit context")
+	if cause := context.Cause(granted.ctx); !errors.Is(cause, semaphore.ErrLeaseLost) {
+		t.Errorf("the stuck waiter's permit context ended with %v, want ErrLeaseLost", cause)
+	}
+	proxy.Resume()
+	mustRelease(t, last, r.ctx)
+}
+
 // TestClaimExtendedSemaphore: a waiter that takes the permits up keeps them
 // past the claim window, its Client having extended the grant to the lease.
 func TestClaimExtendedSemaphore(t *testing.T) {

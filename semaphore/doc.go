@@ -6,7 +6,13 @@
 // Redis, the Client's watchdog renews them while they are held (or a fixed
 // lease ends them), and expired permits go back to the pool on the next call
 // that looks. A holder whose lease is lost sees its permit context cancelled
-// with cause ErrLeaseLost, as with rlock.Mutex.
+// with cause ErrLeaseLost, as with rlock.Mutex. As there, the context given to
+// Acquire bounds the wait only: the permit context keeps its values, not its
+// cancellation, and ends exactly when the permits do (Release, or a lost
+// lease), so a shutdown that cancels the caller's context can still finish
+// the guarded work and Release; permits whose permit context is dropped
+// without Release are released, with a log line, once it is garbage (see Lock
+// context in the rlock documentation).
 //
 // A Semaphore is built on an rlock.Client and shares its owner id, pub/sub
 // multiplexer, watchdog and key prefix:
@@ -22,15 +28,18 @@
 // establishes it when it is missing: on first use, after a Redis restart
 // without persistence, or after the semaphore's keys expired while it was
 // idle. It never changes a limit already there: when processes configure
-// different limits, the one in Redis wins.
+// different limits, the one in Redis wins. A changed WithLimit therefore takes
+// effect once the limit is missing again (the state expired while idle, or
+// Redis lost it); SetLimit applies a new limit at once. TrySetLimit never
+// changes a limit that is set.
 //
 // Every key of a semaphore expires by itself once nothing is held or queued,
 // even when the processes that used it crashed: the permits a second after
 // their last lease runs out, the queue when the last waiter's place lapses
-// (one watchdog timeout of its Client after its last re-check), and the state
-// (limit, used permits, arrival counter) a few seconds after both (up to a
-// minute more when a longer lease was released early: expiries are moved only
-// when they must, not on every call). With no process alive, nothing is left
+// (one watchdog timeout of its Client after its last re-check, or 3s when that
+// is longer; see below), and the state (limit, used permits, arrival counter)
+// a few seconds after both (up to a minute more when a longer lease was
+// released early: expiries are moved only when they must, not on every call). With no process alive, nothing is left
 // after the longest lease or watchdog timeout plus a few seconds.
 //
 // A limit set by TrySetLimit or SetLimit cannot be re-established that way, so
@@ -71,11 +80,16 @@
 // expires (as its last check saw it), after a pub/sub reconnect, and at least
 // every third of the watchdog timeout. That also keeps its place in the
 // queue: a waiter that stops re-checking (its process paused, or cut off from
-// Redis while its connections stay open) loses its place after one watchdog
-// timeout or, when permits reach it first, holds them for its claim window
-// only: the head left waiting behind such a grant is told when the window
-// lapses and re-checks then, and the hung waiter's permit context ends with
-// ErrLeaseLost when it runs again.
+// Redis while its connections stay open) loses its place within one watchdog
+// timeout (3s when that is longer; a WithLease waiter two thirds of its lease,
+// 2s at least, after the re-check it planned) or, when permits reach it
+// first, holds them for its claim window only: the head left waiting behind
+// such a grant re-checks when the window lapses, and the hung waiter's permit
+// context ends with ErrLeaseLost when it runs again. That head planned to
+// re-check by then when it queued behind permits granted for a claim window
+// (as workers taking turns do); only one that queued behind a longer lease is
+// told so, by one more message, so that a hand-off between such workers costs
+// one message.
 //
 // A blocking Acquire whose Client waits on the semaphore already, or did
 // within the pub/sub linger (WithPubSub, 250ms by default: the semaphore is

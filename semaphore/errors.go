@@ -12,7 +12,9 @@ var (
 	ErrNoPermits = errors.New("semaphore: no permits available")
 	// ErrNotHeld reports that the context passed holds no permit of the
 	// semaphore (never acquired, already released, or its lease expired: then
-	// the error also matches ErrLeaseLost).
+	// the error also matches ErrLeaseLost). Passing Release the context given
+	// to Acquire instead of the permit context it returned is the usual
+	// mistake; the message then says so.
 	ErrNotHeld = errors.New("semaphore: permit not held")
 	// ErrNoLimit reports a semaphore whose limit was never set.
 	ErrNoLimit = errors.New("semaphore: no limit set")
@@ -35,8 +37,10 @@ var (
 	ErrInvalidOption = errors.New("semaphore: invalid option")
 
 	// ErrLeaseLost is the cause of a permit context whose lease ended without
-	// Release; it is rlock.ErrLeaseLost.
-	ErrLeaseLost = core.ErrLeaseLost
+	// Release. It reads "semaphore: lease lost" and also matches
+	// rlock.ErrLeaseLost: errors.Is(cause, rlock.ErrLeaseLost) holds for a
+	// permit context as for a lock context.
+	ErrLeaseLost = core.Rebrand("semaphore: lease lost", core.ErrLeaseLost)
 	// ErrClosed reports use of a closed Client; it is rlock.ErrClosed.
 	ErrClosed = core.ErrClosed
 	// ErrAbandoned is matched by the error of a Release that failed, and by

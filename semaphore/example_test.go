@@ -4,49 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"os"
+	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
 
-// The examples run against a throwaway redis-server, started on first use and
-// stopped by TestMain.
-var (
-	exampleOnce   sync.Once
-	exampleServer *redistest.Server
-	exampleErr    error
-)
+// The examples find Redis as a program would: at REDIS_ADDR, else at Redis's
+// default address. Under go test, TestMain points REDIS_ADDR at a server of the
+// test run unless it is set (see main_test.go).
 
-func redisAddr() string {
-	exampleOnce.Do(func() {
-		exampleServer, exampleErr = redistest.StartServer(context.Background())
-	})
-	if exampleErr != nil {
-		panic("examples need Redis: " + exampleErr.Error())
+func Example() {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
 	}
-	return exampleServer.Addr()
-}
-
-func stopExampleServer() {
-	if exampleServer != nil {
-		_ = exampleServer.Close()
-	}
-}
-
-func newRedis() rueidis.Client {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}})
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
 		panic(err)
 	}
-	return rc
-}
-
-func Example() {
-	rc := newRedis()
 	defer rc.Close()
 	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
 	if err != nil {
@@ -55,18 +34,15 @@ func Example() {
 	defer c.Close()
 
 	ctx := context.Background()
-	s := semaphore.New(c, "gpu-pool")
-	// Every process may try to set the limit at start-up: the first one wins.
-	if _, err := s.TrySetLimit(ctx, 4); err != nil {
-		panic(err)
-	}
-	limit, _ := s.Limit(ctx)
-	fmt.Println("limit:", limit)
-
+	// Every process configures the limit; it is set in Redis on first use
+	// (and again whenever it went missing, after a restart say).
+	s := semaphore.New(c, "gpu-pool", semaphore.WithLimit(4))
 	permitCtx, err := s.Acquire(ctx, 3)
 	if err != nil {
 		panic(err)
 	}
+	limit, _ := s.Limit(ctx)
+	fmt.Println("limit:", limit)
 	// ... use three GPUs, doing the work with permitCtx ...
 	available, _ := s.Available(ctx)
 	fmt.Println("holding:", s.Permits(permitCtx), "available:", available)
@@ -85,16 +61,28 @@ func Example() {
 }
 
 func ExampleSemaphore_TryAcquire() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	ctx := context.Background()
-	s := semaphore.New(c, "exports")
-	_, _ = s.TrySetLimit(ctx, 2)
+	s := semaphore.New(c, "exports", semaphore.WithLimit(2))
 
-	first, _ := s.TryAcquire(ctx, 2)
-	_, err := s.TryAcquire(ctx, 1)
+	first, err := s.TryAcquire(ctx, 2)
+	if err != nil {
+		panic(err)
+	}
+	_, err = s.TryAcquire(ctx, 1)
 	fmt.Println("pool exhausted:", errors.Is(err, semaphore.ErrNoPermits))
 
 	_ = s.Release(first)
@@ -107,9 +95,19 @@ func ExampleSemaphore_TryAcquire() {
 }
 
 func ExampleNewLock() {
-	rc := newRedis()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
 	defer rc.Close()
-	c, _ := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
 	ctx := context.Background()
 	l := semaphore.NewLock(c, "migrations")
@@ -132,4 +130,52 @@ func ExampleNewLock() {
 	// Output:
 	// holder locked out: true
 	// free again: true
+}
+
+func ExampleWithWaitTimeout() {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		panic(err)
+	}
+	defer rc.Close()
+	c, err := rlock.New(rc, rlock.WithKeyPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	s := semaphore.New(c, "encoders", semaphore.WithLimit(2))
+
+	busy, err := s.Acquire(ctx, 2) // every permit taken
+	if err != nil {
+		panic(err)
+	}
+
+	// Wait at most 100ms for a permit; the wait timeout does not bound the
+	// hold, and ctx still bounds the wait too.
+	_, err = s.Acquire(ctx, 1, semaphore.WithWaitTimeout(100*time.Millisecond))
+	fmt.Println("gave up waiting:", errors.Is(err, semaphore.ErrNoPermits), errors.Is(err, context.DeadlineExceeded))
+
+	// A wait timeout of 0 makes one attempt, as TryAcquire.
+	_, err = s.Acquire(ctx, 1, semaphore.WithWaitTimeout(0))
+	fmt.Println("one attempt:", errors.Is(err, semaphore.ErrNoPermits))
+
+	// A release hands its permits to the waiters at the head of the queue.
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the other holder finishes its work
+		_ = s.Release(busy)
+	}()
+	permitCtx, err := s.Acquire(ctx, 1, semaphore.WithWaitTimeout(10*time.Second))
+	fmt.Println("acquired once released:", err == nil)
+	if err == nil {
+		_ = s.Release(permitCtx)
+	}
+	// Output:
+	// gave up waiting: true true
+	// one attempt: true
+	// acquired once released: true
 }

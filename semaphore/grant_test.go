@@ -11,12 +11,14 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
@@ -25,7 +27,7 @@ import (
 
 // fencePayload marks the messages the tests publish to flush deliveries; it
 // is addressed to a tag no Waiter has, so it wakes nobody.
-const fencePayload = pubsub.AddressPrefix + "fence"
+const fencePayload = pubsubx.AddressPrefix + "fence"
 
 // deliveries records every pub/sub message a Client's connections receive,
 // counted below the multiplexer (see countingClient).
@@ -343,20 +345,20 @@ func TestForgedGrantGrantsNothing(t *testing.T) {
 	if n := e.numSub(grant); n != 1 {
 		t.Fatalf("subscribers of the waiter's grant channel %s = %d, want 1", grant, n)
 	}
-	if n := e.publish(e.wakeChannel(name), pubsub.AddressPrefix+id); n != 0 {
+	if n := e.publish(e.wakeChannel(name), pubsubx.AddressPrefix+id); n != 0 {
 		t.Errorf("a wake on the old wake channel reached %d subscribers, want none: nothing listens there", n)
 	}
 
 	e.resetStats()
 	wrongMAC := sha1hex("not-the-secret:1")
 	for _, forged := range []string{
-		pubsub.AddressPrefix + id + " 1:" + wrongMAC,                       // the grant's shape, a MAC without the secret
-		pubsub.AddressPrefix + id + " 1:" + strings.Repeat("0", 40),        // a made-up MAC
-		pubsub.AddressPrefix + id + " 2:" + wrongMAC,                       // more permits than asked for
-		pubsub.AddressPrefix + id + " 1:" + wrongMAC + ":" + wrongMAC,      // trailing garbage
-		pubsub.AddressPrefix + id + " 1",                                   // no MAC
-		pubsub.AddressPrefix + id + " -1:" + strings.Repeat("a", 40),       // a negative count
-		pubsub.AddressPrefix + id + " 99999999999999999999999:" + wrongMAC, // out of range
+		pubsubx.AddressPrefix + id + " 1:" + wrongMAC,                       // the grant's shape, a MAC without the secret
+		pubsubx.AddressPrefix + id + " 1:" + strings.Repeat("0", 40),        // a made-up MAC
+		pubsubx.AddressPrefix + id + " 2:" + wrongMAC,                       // more permits than asked for
+		pubsubx.AddressPrefix + id + " 1:" + wrongMAC + ":" + wrongMAC,      // trailing garbage
+		pubsubx.AddressPrefix + id + " 1",                                   // no MAC
+		pubsubx.AddressPrefix + id + " -1:" + strings.Repeat("a", 40),       // a negative count
+		pubsubx.AddressPrefix + id + " 99999999999999999999999:" + wrongMAC, // out of range
 		"1", pubsub.WakeAll, // a budget, a wake-all
 	} {
 		if n := e.publish(grant, forged); n != 1 {
@@ -485,5 +487,82 @@ func TestLostGrantCostsAtMostALease(t *testing.T) {
 	mustRelease(t, waiter, r.ctx)
 	if n := e.available(holder); n != 1 {
 		t.Errorf("Available at the end = %d, want 1", n)
+	}
+}
+
+// TestOneMessagePerHandOffInSteadyState: workers taking turns through Redis
+// (one goroutine in each of 4 Clients, linger 0: no lease is kept or passed
+// within a Client, so every hand-off goes from one Client to another) queue
+// behind permits granted for a claim window, so no waiter plans a re-check
+// beyond the window and no hand-off needs the notice to the waiter left at the
+// head (see rlock.WithClaimWindow): once the first holders' long leases are out
+// of the queue, every hand-off costs one delivered message, whatever the
+// number of Clients, with one permit or several.
+func TestOneMessagePerHandOffInSteadyState(t *testing.T) {
+	for _, limit := range []int64{1, 2} {
+		t.Run("limit "+itoa(limit), func(t *testing.T) {
+			e := newEnv(t)
+			const workers = 4
+			name := "steady-" + itoa(limit)
+			var clients []*rlock.Client
+			var sems []*semaphore.Semaphore
+			for range workers {
+				c := e.client(rlock.WithLinger(0))
+				clients = append(clients, c)
+				// WithLimit(1) is a one-permit semaphore with turns, as NewLock
+				// makes; linger 0 keeps every hand-off in Redis.
+				sems = append(sems, semaphore.New(c, name, semaphore.WithLimit(limit)))
+			}
+			// Scripts loaded and connections dialled before the count.
+			for _, s := range sems {
+				mustRelease(t, s, mustAcquire(t, s, e.ctx, 1))
+			}
+			received := func() (n int64) {
+				for _, c := range clients {
+					n += c.PubSubStats().Messages
+				}
+				return n
+			}
+			var acquisitions atomic.Int64
+			warm := time.Now().Add(500 * time.Millisecond)
+			stop := warm.Add(time.Second)
+			type snap struct{ acq, msg int64 }
+			at := make(chan snap, 1)
+			var once sync.Once
+			var wg sync.WaitGroup
+			for _, s := range sems {
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						permitCtx, err := s.Acquire(e.ctx, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if time.Now().After(warm) {
+							once.Do(func() { at <- snap{acquisitions.Load(), received()} })
+						}
+						acquisitions.Add(1)
+						time.Sleep(200 * time.Microsecond) // the critical section
+						if err := s.Release(permitCtx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			s := <-at
+			acq, msg := acquisitions.Load()-s.acq, received()-s.msg
+			t.Logf("after warm-up: %d acquisitions, %d messages delivered (%.2f per acquisition)", acq, msg, float64(msg)/float64(acq))
+			if acq < 50 {
+				t.Fatalf("only %d acquisitions in a second", acq)
+			}
+			if msg > acq+workers {
+				t.Fatalf("%d messages for %d acquisitions: hand-offs cost more than one message each", msg, acq)
+			}
+		})
 	}
 }

@@ -44,3 +44,29 @@ func TestAcquireOptionBounds(t *testing.T) {
 	}
 	mustRelease(t, s, p)
 }
+
+// TestLockWaitTimeoutZero: on a one-permit Lock too, WithWaitTimeout(0) is
+// one attempt: held by another Client, Lock fails at once with ErrNoPermits
+// (a generous bound: nothing waits) and leaves no waiter queued.
+func TestLockWaitTimeoutZero(t *testing.T) {
+	e := newEnv(t)
+	holder := semaphore.NewLock(e.client(), "zero")
+	other := semaphore.NewLock(e.client(), "zero")
+	lc, err := holder.Lock(e.ctx, semaphore.WithWaitTimeout(0))
+	if err != nil {
+		t.Fatalf("Lock WithWaitTimeout(0) on a free lock: %v", err)
+	}
+	start := time.Now()
+	if _, err := other.Lock(e.ctx, semaphore.WithWaitTimeout(0)); !errors.Is(err, semaphore.ErrNoPermits) {
+		t.Errorf("Lock WithWaitTimeout(0) on a held lock: err = %v, want ErrNoPermits", err)
+	}
+	if d := time.Since(start); d > prompt {
+		t.Errorf("Lock WithWaitTimeout(0) on a held lock took %v: it waited", d)
+	}
+	if st := e.state(other.Semaphore()); st.Queued != 0 {
+		t.Errorf("Lock WithWaitTimeout(0) left %d waiter(s) queued", st.Queued)
+	}
+	if err := holder.Unlock(lc); err != nil {
+		t.Fatal(err)
+	}
+}

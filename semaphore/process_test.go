@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -45,12 +46,14 @@ func waiterProcess(spec string) int {
 		fmt.Fprintln(os.Stderr, "waiter process:", err)
 		return 2
 	}
-	if _, err := semaphore.NewLock(c, ws.Name).Lock(ctx); err != nil {
+	lockCtx, err := semaphore.NewLock(c, ws.Name).Lock(ctx)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "waiter process:", err)
 		return 1
 	}
 	fmt.Println("acquired")
 	<-ctx.Done()
+	runtime.KeepAlive(lockCtx) // held until the test kills the process
 	return 0
 }
 

@@ -88,6 +88,38 @@ func TestLimitSurvivesRestart(t *testing.T) {
 	use("after the restart")
 }
 
+// TestWithLimitChangeTakesEffect rolls out a new WithLimit: while the old
+// limit is in Redis it wins (TrySetLimit cannot change it either), and once
+// Redis has lost it (here by a restart without persistence) the first process
+// to use the semaphore establishes its own, which the others then use.
+func TestWithLimitChangeTakesEffect(t *testing.T) {
+	e := ownedEnv(t)
+	const name = "rollout"
+	old := semaphore.New(e.client(), name, semaphore.WithLimit(4))
+	mustRelease(t, old, mustAcquire(t, old, e.ctx, 4))
+	updated := semaphore.New(e.client(), name, semaphore.WithLimit(8))
+	if n, err := updated.Limit(e.ctx); err != nil || n != 4 {
+		t.Errorf("Limit seen by the WithLimit(8) semaphore = %d, %v, want the 4 in Redis", n, err)
+	}
+	if _, err := updated.TryAcquire(e.ctx, 5); !errors.Is(err, semaphore.ErrExceedsLimit) {
+		t.Errorf("TryAcquire(5) under the limit of 4: err = %v, want ErrExceedsLimit", err)
+	}
+	if ok, err := semaphore.New(e.client(), name).TrySetLimit(e.ctx, 8); ok || err != nil {
+		t.Errorf("TrySetLimit(8) over the 4 in Redis = %v, %v, want false, nil", ok, err)
+	}
+
+	if err := e.srv.Restart(e.ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	// The updated process comes first after the restart: its limit is set,
+	// without anyone calling TrySetLimit or SetLimit.
+	p := mustAcquire(t, updated, e.ctx, 8)
+	if n, err := old.Limit(e.ctx); err != nil || n != 8 {
+		t.Errorf("Limit seen by the WithLimit(4) semaphore after the restart = %d, %v, want 8", n, err)
+	}
+	mustRelease(t, updated, p)
+}
+
 // TestWithLimitExistingWins configures two different limits: the one in Redis
 // wins, and a limit set by hand overrides both and stays.
 func TestWithLimitExistingWins(t *testing.T) {
@@ -214,8 +246,8 @@ func TestIdleKeysExpire(t *testing.T) {
 	const watchdog = 300 * time.Millisecond
 	c, proxy := e.proxied(rlock.WithWatchdogTimeout(watchdog))
 	s := semaphore.New(c, name, semaphore.WithLimit(2))
-	mustAcquire(t, s, e.ctx, 1)
-	mustAcquire(t, s, e.ctx, 1, semaphore.WithLease(300*time.Millisecond))
+	keepHeld(t, mustAcquire(t, s, e.ctx, 1))
+	keepHeld(t, mustAcquire(t, s, e.ctx, 1, semaphore.WithLease(300*time.Millisecond)))
 	waitCtx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	ch := goAcquire(s, waitCtx, 1)
@@ -250,7 +282,7 @@ func TestOutageCleanupsBounded(t *testing.T) {
 	)
 	holder := semaphore.New(e.client(), name, semaphore.WithLimit(1))
 	s := semaphore.New(e.client(rlock.WithWatchdogTimeout(900*time.Millisecond)), name, semaphore.WithLimit(1))
-	mustAcquire(t, holder, e.ctx, 1)
+	keepHeld(t, mustAcquire(t, holder, e.ctx, 1))
 	done := make(chan error, waiters)
 	for range waiters {
 		go func() {

@@ -19,7 +19,7 @@ import (
 func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
 	s := a.s
 	c := s.c
-	err := fmt.Errorf("semaphore %q: %w", s.name, c.NotReplicated(acked))
+	err := fmt.Errorf("semaphore: acquire %q: %w", s.name, core.Inner(c.NotReplicated(acked)))
 	id, entry := a.id, a.entry()
 	if uerr := c.GiveBack(ctx, func(ctx context.Context) error { return s.abandonScript(ctx, id, entry) }, func() {
 		c.GoUntil(time.Now().Add(max(a.lease, c.Cfg.WatchdogTimeout)), func(ctx context.Context) {

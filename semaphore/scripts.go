@@ -44,6 +44,13 @@ func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (
 	return limitReply{changed: vals[0] == 1, State: State{Limit: vals[1], Held: vals[2], Queued: vals[3]}}, nil
 }
 
+// recheckCap is the longest a queued waiter waits before re-checking (sooner
+// when the earliest held permit expires sooner). Redis keeps its place for a
+// grace period past the re-check it planned (see sem_lib.lua), and a grant
+// that permits ahead are held for a claim window only comes with a notice
+// when the head planned to re-check later.
+func recheckCap(c *core.Client) time.Duration { return c.Cfg.WatchdogTimeout / 3 }
+
 // acquireReply is sem_acquire.lua's answer.
 type acquireReply struct {
 	status int64 // 1 acquired, 0 not now, -2 abandoned id, -3 exceeds limit, -4 no limit, -5 not a lock's limit
@@ -71,7 +78,7 @@ func flag(b bool) string {
 
 func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireReply, error) {
 	keys := s.keys.with(s.keys.tombstone(a.id))
-	args := []string{a.id, a.want, ms(a.lease), ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix,
+	args := []string{a.id, a.want, ms(a.lease), ms(recheckCap(s.c)), publishCommand(ctx, s.c), s.keys.grantPrefix,
 		flag(a.enqueue), s.limit, flag(s.exact), a.secret, flag(a.fresh), ms(s.c.Cfg.ClaimWindow)}
 	if s.c.Acking() {
 		// rlock.WithReplicaAck: WAIT after an acquisition, on its
@@ -212,7 +219,7 @@ func unreachable(err error) bool {
 }
 
 // permitKind renews permit leases for the watchdog.
-var permitKind = &core.Kind{Name: "semaphore", Script: lua.SemRenew, Args: renewPermitsArgs}
+var permitKind = &core.Kind{Name: "semaphore", Script: lua.SemRenew, Args: renewPermitsArgs, LeaseLost: ErrLeaseLost}
 
 // renewPermitsArgs are sem_renew.lua's keys and args for a batch of leases;
 // with each permits zset go the counts and state keys of its semaphore, whose

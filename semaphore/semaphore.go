@@ -44,7 +44,10 @@ type config struct {
 // The limit in Redis wins: WithLimit never changes an existing limit. When
 // processes configure different limits, the first to use the semaphore (after
 // each time the limit went missing) sets it, and the others use it; a limit set
-// by TrySetLimit or SetLimit overrides them all, for good.
+// by TrySetLimit or SetLimit overrides them all, for good. So a changed
+// WithLimit rolled out to every process takes effect by itself once the
+// semaphore has been idle long enough for its state to expire, or Redis lost
+// it; to apply it at once, call SetLimit (which makes the limit permanent).
 func WithLimit(limit int64) Option {
 	return func(c *config) { c.limit, c.limitSet = limit, true }
 }
@@ -143,9 +146,13 @@ func validLimit(limit int64) error {
 }
 
 // TrySetLimit sets the limit if none is set yet, and reports whether it did.
-// Use it at start-up in every process: the first one wins. Either way the
-// limit is then permanent in Redis: the semaphore's state no longer expires
-// when idle, as it does with a limit established by WithLimit.
+// Use it at start-up in every process: the first one wins. Over an existing
+// limit it returns false and a nil error whatever limit it was given, so it
+// cannot apply a changed configuration: SetLimit does. Either way the limit
+// is then permanent in Redis: the semaphore's state no longer expires when
+// idle, as it does with a limit established by WithLimit, and it is not
+// re-established after a restart without persistence (Acquire then fails
+// with ErrNoLimit until it is set again); prefer WithLimit.
 func (s *Semaphore) TrySetLimit(ctx context.Context, limit int64) (bool, error) {
 	if err := s.usable(); err != nil {
 		return false, err
@@ -226,12 +233,13 @@ func (s *Semaphore) State(ctx context.Context) (State, error) {
 }
 
 // wrap adds the operation and name to an error, unless it is one of this
-// package's that says so already.
+// package's, which say so already. The package prefix of an error of package
+// rlock (a closed Client, say) gives way to this package's: one per message.
 func (s *Semaphore) wrap(op string, err error) error {
-	if err == nil || strings.HasPrefix(err.Error(), "semaphore") {
+	if err == nil || strings.HasPrefix(err.Error(), "semaphore: ") {
 		return err
 	}
-	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, err)
+	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, core.Inner(err))
 }
 
 // String describes the Semaphore for logs.

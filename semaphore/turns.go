@@ -400,8 +400,9 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 		s.handOn(p)
 		return nil, s.wrap("acquire", err)
 	}
-	permitCtx, cancel := context.WithCancelCause(ctx)
+	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(permitKind, s.keys.permits, p.id, 0, p.lease, true, cancel)
+	h.Ctx = permitCtx
 	if !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.turns.abortTransit(s.name)
@@ -412,7 +413,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 	h.AwaitExtension(p.claim)
 	s.turns.adopt(s.name, h)
 	context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
-	return context.WithValue(permitCtx, permitKey{s.c, s.name}, &permit{hold: h, n: 1}), nil
+	return s.withPermit(permitCtx, h, 1), nil
 }
 
 // handOn takes over a lease passed to an Acquire that is leaving, and

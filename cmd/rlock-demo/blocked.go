@@ -27,8 +27,8 @@ type blockedResult struct {
 	waiters  int
 	window   time.Duration // the counted part of the hold
 	reqs     int64         // requests all clients sent during window
-	wake     time.Duration // holder's Unlock returned -> first waiter's Lock returned
-	drain    time.Duration // holder's Unlock returned -> last waiter's Lock returned
+	wake     time.Duration // holder's Unlock called -> first waiter's Lock returned
+	drain    time.Duration // holder's Unlock called -> last waiter's Lock returned
 	acquired int64         // the holder's acquisition and every waiter's
 	counter  int64
 }
@@ -99,8 +99,14 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 	from, t0 := r.reqs.Total(), time.Now()
 	sleepUntil(ctx, held.Add(s.block))
 	to, t1 := r.reqs.Total(), time.Now()
+	// Timed from just before Unlock is called: a waiter can have the lock
+	// before Unlock returns (the release hands it over in Redis, or passes it
+	// to a goroutine of the same client, and then answers the holder), so
+	// timing from the return could come out negative. No waiter can have it
+	// before the call, so these times cannot; they include the release's own
+	// round trip.
+	releasing := time.Now()
 	holderErr = errors.Join(holderErr, unlock())
-	unlocked := time.Now()
 	wg.Wait()
 
 	if err := errors.Join(holderErr, fail); err != nil {
@@ -112,8 +118,12 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 	res.window, res.reqs = t1.Sub(t0), to-from
 	res.acquired = int64(res.waiters) + 1
 	if res.waiters > 0 {
-		res.wake = slices.MinFunc(acquiredAt, time.Time.Compare).Sub(unlocked)
-		res.drain = slices.MaxFunc(acquiredAt, time.Time.Compare).Sub(unlocked)
+		first := slices.MinFunc(acquiredAt, time.Time.Compare)
+		if first.Before(releasing) {
+			return nil, fmt.Errorf("a waiter had the lock %v before the holder released it: two holders at once", releasing.Sub(first))
+		}
+		res.wake = first.Sub(releasing)
+		res.drain = slices.MaxFunc(acquiredAt, time.Time.Compare).Sub(releasing)
 	}
 	if res.counter, err = readCounter(ctx, r.raw[0], counter); err != nil {
 		return nil, err

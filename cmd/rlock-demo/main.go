@@ -12,8 +12,9 @@
 //     exact, and how evenly the goroutines were served.
 //   - blocked waiters: one goroutine holds the lock for a while and all the
 //     others block on it. The demo prints the requests each blocked waiter
-//     sends per second, how soon after the release the first waiter has the
-//     lock, and how long it takes until every waiter has had it once.
+//     sends per second, how soon after the holder calls Unlock the first
+//     waiter has the lock, and how long it takes until every waiter has had
+//     it once.
 //
 // Requests are counted by a wrapper around each rueidis.Client, so a Lua
 // script call counts once; INFO commandstats, which also counts the commands
@@ -96,8 +97,10 @@ func run() int {
 	} else {
 		fmt.Printf("redis: throwaway redis-server at %s\n", srv.Addr())
 	}
-	fmt.Printf("workload: %d clients x %d goroutines on one lock; inside it GET+SET a counter and sleep %v\n\n",
+	fmt.Printf("workload: %d clients x %d goroutines on one lock; inside it GET+SET a counter and sleep %v\n",
 		s.clients, s.goroutines, s.hold)
+	fmt.Printf("each contender runs %v of hot lock, then %v of blocked waiters; the tables follow at the end\n\n",
+		s.duration, s.block)
 
 	var (
 		hot     []*result
@@ -118,14 +121,13 @@ func run() int {
 
 	fmt.Printf("\nHot lock, %v per contender:\n", s.duration)
 	printTable(hot...)
+	printHotNotes(hot[0], hot[1])
 	fmt.Printf("\nBlocked waiters: one goroutine holds the lock for %v, the other %d wait for it:\n", s.block, blocked[0].waiters)
 	printBlockedTable(blocked...)
 	fmt.Println()
 	interpret(hot[0], hot[1], blocked[0], blocked[1])
 	fmt.Println()
-	fmt.Println("Redis requests are the commands the lock clients sent, counted in a wrapper around rueidis.Client:")
-	fmt.Println("a script call is one request (EVALSHA). Commands run in Redis come from INFO commandstats, which")
-	fmt.Println("also counts every command a script runs. Times are taken on this process's monotonic clock.")
+	fmt.Println("Times are taken on this process's monotonic clock.")
 	if *verbose {
 		for _, r := range hot {
 			fmt.Println()
@@ -179,6 +181,7 @@ func contenders(prefix string) []contender {
 // starts a throwaway one.
 func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err error) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		fmt.Printf("connecting to %s (REDIS_ADDR)...\n", addr)
 		srv, err := redistest.Attach(ctx, addr)
 		return srv, true, err
 	}
@@ -187,6 +190,7 @@ func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err err
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, false, errors.New("redis-server not found in PATH: install it (apt-get install -y redis-server) or set REDIS_ADDR=host:port to use a running Redis")
 	}
+	fmt.Println("starting a throwaway redis-server...")
 	srv, err = redistest.StartServer(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("start redis-server: %w", err)

@@ -88,18 +88,57 @@ func printTable(rs ...*result) {
 	row("", func(_ int, r *result) string { return r.name })
 	row("acquisitions/s", func(_ int, r *result) string { return fmt.Sprintf("%.0f", r.rate()) })
 	row("acquisitions", func(_ int, r *result) string { return fmt.Sprint(r.acquired) })
-	row("wait p50", func(i int, _ *result) string { return fmtDur(measure.Percentile(waits[i], 0.5)) })
+	row("wait p50 (Lock called to held; see notes)", func(i int, _ *result) string { return fmtDur(measure.Percentile(waits[i], 0.5)) })
 	row("wait p99", func(i int, _ *result) string { return fmtDur(measure.Percentile(waits[i], 0.99)) })
 	row("wait max", func(i int, r *result) string { return fmtMaxWait(r, waits[i]) })
 	row("lock idle between holders (mean)", func(_ int, r *result) string { return fmtDur(r.idle) })
-	row("Redis requests / acquisition", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs)) })
-	row("  incl. counter GET+SET", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs+2*r.acquired)) })
-	row("commands run in Redis / acq. (incl. in scripts)", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockCmds)) })
+	row("lock requests sent / acquisition", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs)) })
+	row("  plus the counter's GET+SET", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockReqs+2*r.acquired)) })
+	row("commands Redis ran for the lock / acquisition", func(_ int, r *result) string { return fmt.Sprintf("%.1f", r.perAcq(r.lockCmds)) })
 	row("counter", func(_ int, r *result) string { return fmtCounter(r.lost()) })
-	row("fairness (Jain)", func(_ int, r *result) string { return fmt.Sprintf("%.2f", measure.Jain(r.perGo)) })
+	row("fairness (Jain index, 1.00 = even)", func(_ int, r *result) string { return fmt.Sprintf("%.2f", measure.Jain(r.perGo)) })
 	row("goroutines never served", func(_ int, r *result) string { return fmt.Sprintf("%d of %d", r.starved(), len(r.perGo)) })
 	row("busiest client's share", func(_ int, r *result) string { return fmt.Sprintf("%.0f%%", 100*r.topClientShare()) })
 	t.print()
+}
+
+// printHotNotes explains the rows of the hot table that read wrongly at first
+// sight, with the run's own numbers.
+func printHotNotes(mutex, spin *result) {
+	fmt.Println("notes:")
+	wait := fmt.Sprintf("wait: from calling Lock to holding the lock. %s serves the waiters in turn, so each waits for "+
+		"the holds queued ahead of it", mutex.name)
+	if mutex.acquired > 0 {
+		perHold := mutex.elapsed / time.Duration(mutex.acquired)
+		p50 := measure.Percentile(mutex.sortedWaits(), 0.5)
+		wait += fmt.Sprintf(" (p50 %s: about %.0f acquisitions, one every %s)", fmtDur(p50), float64(p50)/float64(max(perHold, 1)), fmtDur(perHold))
+	}
+	wait += fmt.Sprintf(". The spin loop lets whoever retries first barge in: %.0f%% of its acquisitions went to the "+
+		"goroutine that had just released the lock, after next to no wait, which keeps its p50 low while the others wait "+
+		"for whole backoff steps or are never served.", 100*spin.retaken)
+	printNote(wait)
+	printNote("lock requests: the commands the lock clients sent, counted in a wrapper around rueidis.Client, a " +
+		"script call counting one; the counter's GET and SET (2 per acquisition) are left out, then added.")
+	printNote("commands Redis ran: from INFO commandstats, every command a script runs counting one; the counter's " +
+		"GET and SET are left out.")
+}
+
+// noteWidth is where printNote wraps its lines.
+const noteWidth = 100
+
+// printNote prints text as an indented paragraph wrapped at noteWidth.
+func printNote(text string) {
+	line, indent := "  ", "    "
+	for _, w := range strings.Fields(text) {
+		if utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) > noteWidth && strings.TrimSpace(line) != "" {
+			fmt.Println(line)
+			line = indent
+		} else if strings.TrimSpace(line) != "" {
+			line += " "
+		}
+		line += w
+	}
+	fmt.Println(line)
 }
 
 // printBlockedTable prints the blocked-waiters runs side by side.
@@ -114,8 +153,8 @@ func printBlockedTable(bs ...*blockedResult) {
 	row("  all waiters, requests/s", func(b *blockedResult) string {
 		return fmt.Sprintf("%.0f", float64(b.reqs)/max(b.window.Seconds(), 1e-9))
 	})
-	row("wake-up after Unlock returned", func(b *blockedResult) string { return fmtDur(b.wake) })
-	row("every waiter served after", func(b *blockedResult) string { return fmtDur(b.drain) })
+	row("first waiter has it, after Unlock was called", func(b *blockedResult) string { return fmtDur(b.wake) })
+	row("every waiter served, after Unlock was called", func(b *blockedResult) string { return fmtDur(b.drain) })
 	row("counter", func(b *blockedResult) string { return fmtCounter(b.lost()) })
 	t.print()
 }
@@ -220,13 +259,13 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 	} else {
 		fmt.Printf("Blocked: while the lock was held, each %s waiter sent %.2f requests/s, each spinning waiter %.2f/s (%s: %s), %.0f/s in all.\n",
 			mutex.name, bm.perWaiterRate(), bs.perWaiterRate(), mutex.name,
-			ratio(bm.perWaiterRate(), bs.perWaiterRate(), "fewer", "more"), spinAll)
+			ratio(bm.perWaiterRate(), bs.perWaiterRate(), "fewer", "more", fmtPerSecond), spinAll)
 	}
 
 	// Wake-up: how soon a release is noticed.
-	fmt.Printf("Wake-up: the first waiter had the lock %s after the holder's Unlock returned with %s, %s spinning (%s: %s); "+
+	fmt.Printf("Wake-up: the first waiter had the lock %s after the holder called Unlock with %s, %s spinning (%s: %s); "+
 		"a spinning waiter only notices at its next poll, up to %v apart with this backoff. All %d waiters had had it once after %s and %s.\n",
-		fmtDur(bm.wake), mutex.name, fmtDur(bs.wake), mutex.name, ratio(bm.wake.Seconds(), bs.wake.Seconds(), "sooner", "later"),
+		fmtDur(bm.wake), mutex.name, fmtDur(bs.wake), mutex.name, ratio(bm.wake.Seconds(), bs.wake.Seconds(), "sooner", "later", fmtSeconds),
 		measure.SpinMaxBackoff, bm.waiters, fmtDur(bm.drain), fmtDur(bs.drain))
 
 	// Starvation under the hot load.
@@ -237,7 +276,7 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 	// Requests per acquisition.
 	mr, sr := mutex.perAcq(mutex.lockReqs), spin.perAcq(spin.lockReqs)
 	fmt.Printf("Requests: under the hot load %s sent %.1f Redis requests per acquisition, the spin lock %.1f (%s: %s)",
-		mutex.name, mr, sr, mutex.name, ratio(mr, sr, "fewer", "more"))
+		mutex.name, mr, sr, mutex.name, ratio(mr, sr, "fewer", "more", fmtPerAcq))
 	if mr > 1.05*sr {
 		fmt.Printf("; the spin lock needs fewer here. A release wakes one waiter in each of the %d %s clients, and all but one find the lock taken again",
 			mutex.clients, mutex.name)
@@ -247,7 +286,7 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 
 	// Throughput.
 	fmt.Printf("Throughput: %s made %.0f acquisitions/s, the spin lock %.0f (%s: %s)",
-		mutex.name, mutex.rate(), spin.rate(), mutex.name, ratio(mutex.rate(), spin.rate(), "fewer", "more"))
+		mutex.name, mutex.rate(), spin.rate(), mutex.name, ratio(mutex.rate(), spin.rate(), "fewer", "more", fmtPerSecond))
 	if spin.rate() > 1.05*mutex.rate() {
 		fmt.Print("; the spin lock wins here")
 	}
@@ -258,9 +297,9 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 	// Fairness across clients.
 	even := 1 / float64(mutex.clients)
 	if mutex.clients > 1 && mutex.topClientShare() > 1.5*even {
-		fmt.Printf("Fairness: one %s client got %.0f%% of the hot acquisitions (an even split is %.0f%%). This is a known cross-process limit of the "+
-			"non-fair Mutex: Redis delivers an unlock message to subscribers in subscription order, so the same client's waiter usually asks first. "+
-			"A Redis-side FIFO queue is planned to address it.\n", mutex.name, 100*mutex.topClientShare(), 100*even)
+		fmt.Printf("Fairness: one %s client got %.0f%% of the hot acquisitions (an even split is %.0f%%). Clients take turns in Redis's "+
+			"queue, and within a turn a client's goroutines pass the lock among themselves for a few holds, so the shares even out "+
+			"over turns, not holds.\n", mutex.name, 100*mutex.topClientShare(), 100*even)
 	} else {
 		fmt.Printf("Fairness: the busiest %s client got %.0f%% of the hot acquisitions (an even split is %.0f%%).\n",
 			mutex.name, 100*mutex.topClientShare(), 100*even)
@@ -268,13 +307,14 @@ func interpret(mutex, spin *result, bm, bs *blockedResult) {
 }
 
 // ratio says how a compares to b: "3.2x fewer", "1.5x more", "about the
-// same", or, when one of them is zero, "0 vs 12.3".
-func ratio(a, b float64, less, more string) string {
+// same", or, when one of them is zero, both figures written by format, as in
+// "0/s vs 12.3/s".
+func ratio(a, b float64, less, more string, format func(float64) string) string {
 	switch {
 	case a == 0 && b == 0:
 		return "both zero"
 	case a <= 0 || b <= 0:
-		return fmt.Sprintf("%.3g vs %.3g", a, b)
+		return format(a) + " vs " + format(b)
 	case max(a, b)/min(a, b) < 1.05:
 		return "about the same"
 	case a < b:
@@ -291,3 +331,8 @@ func fmtX(x float64) string {
 	}
 	return fmt.Sprintf("%.0fx", x)
 }
+
+// Formats of ratio's figures, with their units.
+func fmtSeconds(x float64) string   { return fmtDur(time.Duration(x * float64(time.Second))) }
+func fmtPerSecond(x float64) string { return fmt.Sprintf("%.2f/s", x) }
+func fmtPerAcq(x float64) string    { return fmt.Sprintf("%.1f per acquisition", x) }

@@ -45,7 +45,7 @@ func (h *Hold) Abandon(op string, err error, cleanup func(ctx context.Context) e
 		bound += 2 * h.c.Cfg.WatchdogTimeout / 3
 	}
 	ae := &AbandonError{Op: op, FreeBy: time.Now().Add(bound), Err: err}
-	h.End(fmt.Errorf("%w: %w", ErrLeaseLost, ae))
+	h.End(fmt.Errorf("%w: %w", h.leaseLost(), ae))
 	if cleanup != nil {
 		h.c.GoUntil(ae.FreeBy, func(ctx context.Context) {
 			_ = RetryTransient(ctx, func() error { return cleanup(ctx) })

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type Config struct {
 	// Client is granted for in Redis until the Client extends it to the lease
 	// (see claim.go).
 	ClaimWindow time.Duration
+	// Logger receives the Client's log lines (rlock.WithLogger); nil:
+	// slog.Default() at the time of the line.
+	Logger *slog.Logger
 }
 
 // Client is one owner identity and its shared machinery.
@@ -159,7 +163,7 @@ func (c *Client) Close() {
 		c.mu.Unlock()
 		c.Mux.Close()
 		for _, h := range holds {
-			h.End(fmt.Errorf("%w: %w", ErrLeaseLost, ErrClosed))
+			h.End(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed)))
 		}
 		// Waiters that leave now still get to give up their place in Redis.
 		c.calls.Wait()

@@ -1,6 +1,9 @@
 package core
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors that every primitive reports the same way; package rlock re-exports
 // them under the same names, and the semaphore package reuses them.
@@ -17,3 +20,44 @@ var (
 	// time (rlock.WithReplicaAck); it was undone.
 	ErrNotReplicated = errors.New("rlock: not acknowledged by enough replicas")
 )
+
+// packagePrefixes start the messages of this module's errors.
+var packagePrefixes = []string{"rlock: ", "semaphore: ", "pubsub: "}
+
+// Inner returns err for use inside a message that already starts with a
+// package prefix: its text loses a leading "rlock: ", "semaphore: " or
+// "pubsub: ", so that a message names its package once, while errors.Is and
+// errors.As see err unchanged. Nil stays nil.
+func Inner(err error) error {
+	if err == nil {
+		return nil
+	}
+	return innerError{err}
+}
+
+type innerError struct{ err error }
+
+func (e innerError) Error() string {
+	msg := e.err.Error()
+	for _, p := range packagePrefixes {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return rest
+		}
+	}
+	return msg
+}
+
+func (e innerError) Unwrap() error { return e.err }
+
+// Rebrand returns a sentinel error with message msg that matches base with
+// errors.Is: how package semaphore has errors of its own wording ("semaphore:
+// lease lost") that are also the shared ones (ErrLeaseLost), as documented.
+func Rebrand(msg string, base error) error { return &rebranded{msg, base} }
+
+type rebranded struct {
+	msg  string
+	base error
+}
+
+func (e *rebranded) Error() string { return e.msg }
+func (e *rebranded) Unwrap() error { return e.base }

@@ -17,6 +17,18 @@ type Kind struct {
 	Name   string
 	Script *lua.Pipelined
 	Args   func(holds []*Hold, lease time.Duration) (keys, args []string)
+	// LeaseLost is the cause of a hold of this kind that ended without its
+	// release: a sentinel of the primitive's package that matches
+	// ErrLeaseLost (see Rebrand). Nil means ErrLeaseLost itself.
+	LeaseLost error
+}
+
+// leaseLost is the cause of h ending without its release.
+func (h *Hold) leaseLost() error {
+	if h.kind != nil && h.kind.LeaseLost != nil {
+		return h.kind.LeaseLost
+	}
+	return ErrLeaseLost
 }
 
 // Hold is one owner's possession of a lock or of permits, from acquisition to
@@ -45,7 +57,12 @@ type Hold struct {
 	// in Redis (its reply was lost), so freeing the field must leave a
 	// tombstone against it. Set before Register.
 	LateAttempts bool
-	cancel       context.CancelCauseFunc
+	// Ctx, when set (after NewHold), is the context that End cancels (see
+	// LockContext), without the value that carries the hold: what a
+	// context.AfterFunc may wait on without keeping the lock context, which
+	// WatchDrop watches, reachable.
+	Ctx    context.Context
+	cancel context.CancelCauseFunc
 
 	// Serial serialises the calls that change the hold count (re-entry,
 	// release) of one hold, so that the count known here is Redis's.
@@ -123,7 +140,7 @@ func (h *Hold) StartFrom(until time.Time, epoch uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.until, h.epoch = until, epoch
-	h.expiry = time.AfterFunc(time.Until(until), func() { h.End(ErrLeaseLost) })
+	h.expiry = time.AfterFunc(time.Until(until), func() { h.End(h.leaseLost()) })
 }
 
 // ValidUntil is when the hold's last confirmed lease runs out, less the drift
@@ -238,7 +255,7 @@ func (h *Hold) gone() {
 	releasing := h.releasing > 0
 	h.mu.Unlock()
 	if !releasing {
-		h.End(ErrLeaseLost)
+		h.End(h.leaseLost())
 	}
 }
 

@@ -31,7 +31,7 @@ type Attempt func(ctx context.Context) (ok bool, retryIn time.Duration, err erro
 // ends. The subscription is confirmed before the first try, so a release after
 // a failed try always wakes someone.
 //
-// The Waiter is passed to try, which may tag it (see pubsub.Waiter.SetTag) so
+// The Waiter is passed to try, which may tag it (see pubsubx.SetTag) so
 // that a release can wake it by name.
 func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
 	w, err := c.Mux.SubscribeWeighted(ctx, channel, weight)

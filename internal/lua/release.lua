@@ -39,6 +39,8 @@
 --          (its next Lock is expected, no goroutine waits yet): it is queued
 --          only behind other waiters; with no one else queued the lock is
 --          freed, not kept
+-- ARGV[13] '1' when an earlier attempt of this request may have run (a retry
+--          after a lost reply): only then is the result latch read
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -60,7 +62,7 @@ if denied then
   return denied
 end
 
-local done = redis.call('GET', latch)
+local done = ARGV[13] == '1' and redis.call('GET', latch)
 if done then
   local reply = {}
   for n in string.gmatch(done, '-?%d+') do

@@ -68,7 +68,7 @@ local RW_FENCE_IDLE_MS = 3600000
 -- Bounds the waiters one script serves, so that no script runs long.
 local RW_SERVE_MAX = 100
 -- The tag of every reader waiter of a lock on its read channel (see
--- pubsub.Waiter.SetTag): no owner field is spelt so.
+-- pubsubx.SetTag): no owner field is spelt so.
 local RW_READ_TAG = 'r'
 
 local function rw_dequeue(entry)

@@ -10,8 +10,9 @@
 -- ARGV[1]     permit id (client id ':' number; also the waiter id while it waits)
 -- ARGV[2]     permits wanted, a positive integer, or "all" for every free permit
 -- ARGV[3]     lease in milliseconds
--- ARGV[4]     waiter lease in milliseconds: how long a queued waiter keeps its
---             place without trying again
+-- ARGV[4]     the longest a queued waiter waits before re-checking (ms; it
+--             re-checks sooner when the earliest held permit expires sooner):
+--             its place lapses sem_grace later (see sem_lib.lua)
 -- ARGV[5]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[6]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[7]     "1" to join (or stay in) the queue when the permits are not free
@@ -38,7 +39,7 @@
 --   {-3, limit} more permits asked for than the limit (nothing queued)
 --   {-4}        no limit has been set
 --   {-5, limit} the limit differs from ARGV[8] and ARGV[9] is "1" (nothing queued)
-local id, want, lease, wlease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local id, want, lease, recheck = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish, prefix = ARGV[5], ARGV[6]
 local fresh = ARGV[11] == '1'
 if redis.call('EXISTS', KEYS[6]) == 1 then
@@ -127,8 +128,12 @@ end
 if fresh or not redis.call('ZSCORE', KEYS[4], entry) then
   redis.call('ZADD', KEYS[4], 'NX', redis.call('HINCRBY', KEYS[1], 'seq', 1), entry)
 end
-redis.call('ZADD', KEYS[5], now + wlease, entry)
-local last = math.max(sem_last(KEYS[5]), now + wlease)
+if wait >= 0 then
+  recheck = math.min(wait, recheck)
+end
+local deadline = now + recheck + sem_grace(entry)
+redis.call('ZADD', KEYS[5], deadline, entry)
+local last = math.max(sem_last(KEYS[5]), deadline)
 redis.call('PEXPIREAT', KEYS[4], last + 1)
 redis.call('PEXPIREAT', KEYS[5], last + 1)
 return finish({0, wait}, last)

@@ -11,8 +11,10 @@
 --   KEYS[2] permits zset: permit id -> lease expiry (server time, ms)
 --   KEYS[3] counts hash: permit id -> permits it holds
 --   KEYS[4] queue zset: entry -> arrival number (FIFO order)
---   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms); a
---           waiter that stops re-checking loses its place when it passes
+--   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms): the
+--           time by which the waiter said it re-checks at the latest, plus
+--           sem_grace; a waiter that stops re-checking loses its place when
+--           it passes
 --
 -- A waiter's entry is id .. '/' .. n .. '/' .. lease .. '/' .. claim .. '/' ..
 -- exact .. '/' .. secret: its permit id (client id ':' number), the permits it
@@ -167,6 +169,17 @@ local function sem_reclaim(now)
   st.first = first and tonumber(first)
 end
 
+-- How long past its planned re-check a waiter keeps its place (ms): two thirds
+-- of the lease in its entry, at least 2s so that a busy process re-checking
+-- late keeps it. A waiter re-checks within a third of its watchdog timeout, so
+-- one with the watchdog's lease loses its place within one watchdog timeout
+-- (3s when that is longer) of its last check. The deadlines zset stores both
+-- at once; the entry gives the grace back to read the planned re-check.
+local function sem_grace(entry)
+  local lease = tonumber(string.match(entry, '^[^/]+/%d+/(%d+)/%d+/%d*/%x+$') or '0')
+  return math.max(math.floor(lease * 2 / 3), 2000)
+end
+
 local function sem_dequeue(entry)
   redis.call('ZREM', KEYS[4], entry)
   redis.call('ZREM', KEYS[5], entry)
@@ -181,7 +194,8 @@ local function sem_purge(now)
 end
 
 -- Returns the entry at the head of the queue, after forgetting lapsed waiters,
--- or nil when no one waits. Costs one command when no one waits.
+-- and the entry queued behind it (the head once this one leaves), or nil when
+-- no one waits. Costs one command when no one waits.
 local function sem_head(now)
   local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   if not first[1] then
@@ -190,7 +204,8 @@ local function sem_head(now)
   if tonumber(first[2]) <= now then
     sem_purge(now)
   end
-  return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local two = redis.call('ZRANGE', KEYS[4], 0, 1)
+  return two[1], two[2]
 end
 
 -- Splits an entry into id, permits, the time a grant runs for (the shorter of
@@ -215,22 +230,29 @@ end
 -- once it has the grant, and a waiter paused or stuck with its connection open
 -- (PUBLISH counts it as a receiver) holds them for the window only; the head
 -- left waiting is then told '@' .. id .. ' ~' .. ms, so that it re-checks when
--- the first such claim lapses. self, when given, is the caller's own entry: when it
--- reaches the head nothing is done for it. inspect looks at the head even when
--- no permit is free (after the limit changed).
+-- the first such claim lapses instead of when a lease it last saw would have;
+-- only when it planned to re-check later than that (it queued behind a long
+-- lease), so that a hand-off costs one message where waiters queue behind
+-- claimed hand-offs (workers taking turns). self, when given, is the caller's
+-- own entry: when it reaches the head nothing is done for it. inspect looks at
+-- the head even when no permit is free (after the limit changed).
 --
 -- Returns true when self is at the head, nil when no one is queued (any more),
 -- false when a waiter is left that does not fit (or, without inspect, when no
 -- permit is free and the queue was not looked at).
 local function sem_handoff(now, publish, prefix, self, inspect)
   local claimed -- the shortest claim granted by this call, if any
-  -- Tells the head left waiting when the first claim lapses.
-  local function notice()
-    if claimed then
-      local head = sem_head(now)
-      local id, _, _, _, _, client = sem_parse(head ~= self and head or '')
-      if id then
+  local after -- the entry behind the last head looked up: the head once it left
+  -- Tells left, the head left waiting, when the first claim lapses, if it
+  -- planned to re-check later, and moves its deadline to match.
+  local function notice(left)
+    if claimed and left and left ~= self then
+      local id, _, _, _, _, client = sem_parse(left)
+      local by = now + claimed + sem_grace(left)
+      -- (A lapsed or unknown entry has no deadline beyond by: nobody to tell.)
+      if id and tonumber(redis.call('ZSCORE', KEYS[5], left) or by) > by then
         lock_publish(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
+        redis.call('ZADD', KEYS[5], 'XX', by, left)
       end
     end
     return false
@@ -238,9 +260,11 @@ local function sem_handoff(now, publish, prefix, self, inspect)
   for _ = 1, SEM_HANDOFF_MAX do
     local avail = sem_available()
     if avail and avail <= 0 and not inspect then
-      return notice()
+      -- Every pass through the loop took the head out of the queue.
+      return notice(after)
     end
-    local head = sem_head(now)
+    local head
+    head, after = sem_head(now)
     if not head then
       return nil
     end
@@ -256,7 +280,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       sem_dequeue(head)
       lock_publish(publish, prefix .. client, '@' .. id)
     elseif n > avail then
-      return notice()
+      return notice(head)
     else
       sem_dequeue(head)
       -- %d: a number concatenated as is may print as 1e+12.

@@ -34,16 +34,29 @@
 // picks, in order:
 //
 //  1. the server named by the REDIS_ADDR environment variable (host:port),
-//     shared and not owned;
+//     shared and not owned, when the user set it;
 //  2. a private redis-server process, when the binary is on PATH;
 //  3. a private redis:7 container via testcontainers-go, when a Docker
-//     engine answers (Docker is only probed when the binary is missing);
+//     engine answers (Docker is only probed when the binary is missing).
+//     testcontainers runs in a helper program, the module in the dockerredis
+//     directory, started with `go run` (so it needs the go command and this
+//     package's source tree): its fifty-odd dependencies stay out of the
+//     library's go.mod, and so out of its users' downloads;
 //  4. otherwise the test fails with instructions; it is never skipped.
 //
 // [Owned] and [NewN] always return servers this process owns (binary, else
 // container), never REDIS_ADDR, for tests that kill, pause or restart Redis.
 // [Client] returns a rueidis client closed at cleanup, and [KeyPrefix] a
 // per-test key prefix for tests that share a server.
+//
+// # Examples
+//
+// The Example functions of the module's packages are written to run when
+// copied: they read REDIS_ADDR (and the quorum example [EnvQuorumAddrs]) and
+// fall back to Redis's default address. [ServeExamples], called by TestMain,
+// points those variables at servers of the test run unless the user set
+// them, so that an example never reaches a machine's Redis on 6379; [New]
+// tells such a REDIS_ADDR from the user's and ignores it.
 //
 // The well-known port 6379 is never chosen, and owned servers only listen on
 // 127.0.0.1. A restarted server is checked to be our own process, not

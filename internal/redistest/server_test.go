@@ -388,3 +388,44 @@ func TestNoRedisAvailableMessage(t *testing.T) {
 	assert.Contains(t, err.Error(), "apt-get install -y redis-server")
 	assert.Contains(t, err.Error(), "REDIS_ADDR=host:port")
 }
+
+// TestServeExamples: without a REDIS_ADDR of the user's, ServeExamples points
+// REDIS_ADDR (and the quorum variable) at servers of its own, which New does
+// not hand to tests; stop closes them and clears the variables. A REDIS_ADDR
+// the user set is left alone, and New keeps using it.
+func TestServeExamples(t *testing.T) {
+	// t.Setenv forbids t.Parallel.
+	t.Setenv(EnvAddr, "")
+	t.Setenv(EnvQuorumAddrs, "")
+	t.Setenv(envExamples, "")
+	stop, err := ServeExamples(2)
+	require.NoError(t, err)
+	addr, quorum := os.Getenv(EnvAddr), strings.Split(os.Getenv(EnvQuorumAddrs), ",")
+	require.NotEmpty(t, addr)
+	require.Len(t, quorum, 2)
+	for _, a := range append(quorum, addr) {
+		assert.NotEqual(t, "127.0.0.1:6379", a)
+		s, err := Attach(ctxT(t), a)
+		require.NoError(t, err, "server %s", a)
+		require.NoError(t, s.Close())
+	}
+	s := New(t)
+	assert.True(t, s.Owned(), "New handed out the examples' server")
+	assert.NotEqual(t, addr, s.Addr())
+
+	stop()
+	assert.Empty(t, os.Getenv(EnvAddr))
+	assert.Empty(t, os.Getenv(EnvQuorumAddrs))
+	_, err = Attach(ctxT(t), addr)
+	assert.Error(t, err, "the examples' server outlived stop")
+
+	// The user's REDIS_ADDR stays, and tests keep sharing it.
+	user := Owned(t)
+	t.Setenv(EnvAddr, user.Addr())
+	stop, err = ServeExamples(0)
+	require.NoError(t, err)
+	assert.Equal(t, user.Addr(), os.Getenv(EnvAddr))
+	assert.Equal(t, user.Addr(), New(t).Addr())
+	stop()
+	assert.Equal(t, user.Addr(), os.Getenv(EnvAddr))
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -27,13 +26,13 @@ const howToGetRedis = "no Redis available for tests: install redis-server " +
 	"or run a Docker engine (testcontainers image " + DefaultImage + ")"
 
 // New returns a Redis for an ordinary test and closes it at cleanup. It uses,
-// in order: the server at $REDIS_ADDR (shared, not owned: use [KeyPrefix]);
-// a private redis-server from PATH; a private container when a Docker
-// engine answers. With none of them the test fails (it is never skipped).
+// in order: the server at $REDIS_ADDR (shared, not owned: use [KeyPrefix])
+// when the user set it (not [ServeExamples]); a private redis-server from
+// PATH; a private container when a Docker engine answers. With none of them the test fails (it is never skipped).
 // Options do not apply to a $REDIS_ADDR server.
 func New(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	if addr := os.Getenv(EnvAddr); addr != "" {
+	if addr := userAddr(); addr != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := Attach(ctx, addr)
