@@ -4,8 +4,8 @@
 -- handed to it directly (see mutex_lib.lua).
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  fencing counter (a plain integer key; it outlives each hold, see
---          mutex_tokens)
+-- KEYS[2]  fencing counter (a plain integer key, kept a lease past its last
+--          token, see mutex_tokens)
 -- KEYS[3]  tombstone of this owner field, written by abandon.lua
 -- KEYS[4]  queue zset (see mutex_lib.lua)
 -- KEYS[5]  waiter deadlines zset
