@@ -72,10 +72,10 @@ local MUTEX_FENCE_KEEP_MS = 1000
 -- exact as Lua numbers, until about the year 2250.
 local function mutex_tokens(fence, block, keep)
   now_ms() -- the clock is read before any write, and once per script
-  local last
-  if redis.call('EXISTS', fence) == 1 then
-    last = redis.call('INCRBY', fence, block)
-  else
+  local last = redis.call('INCRBY', fence, block)
+  if last == block then
+    -- INCRBY made the counter from nothing (no counter starts from 0): it
+    -- restarts from the clock in the same script, before anyone reads it.
     last = clock_us + block
     redis.call('SET', fence, string.format('%d', last))
   end
