@@ -4,7 +4,7 @@
 GO ?= go
 DOCKER_HELPER := internal/redistest/dockerredis
 
-.PHONY: demo test check-go-floor bench bench-kinds bench-cluster chaos check-redis
+.PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names chaos check-redis
 
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
@@ -53,6 +53,14 @@ bench-kinds: check-redis
 ## minutes; CLUSTER_FLAGS=-quick for under 1). Needs redis-server; writes bench/results/cluster.json.
 bench-cluster: check-redis
 	cd bench && $(GO) run -mod=mod . -scenarios cluster $(CLUSTER_FLAGS)
+
+## bench-names: Redis memory per lock name: 1,000,000 distinct names locked once each,
+## 100,000 of them held at once; used_memory held, idle and after the idle bound (about
+## 2.5 minutes; NAMES_FLAGS=-names-count=100000 for under 1). Needs redis-server (its own
+## throwaway server); writes bench/results/names.json.
+bench-names:
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server not found: the names bench measures its own throwaway server"; exit 1; }
+	cd bench && $(GO) run -mod=mod . -scenarios names $(NAMES_FLAGS)
 
 ## chaos: the full fault-injection suite (several minutes): Mutex, semaphore and
 ## RWMutex workloads in worker processes under killed connections, Redis restarts and

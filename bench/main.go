@@ -13,6 +13,7 @@
 //
 //	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff-xproc,fleet,fleet-inproc,blocked]
 //	go run . -scenarios cluster   # the Redis Cluster points (cluster.go), make bench-cluster
+//	go run . -scenarios names     # Redis memory per lock name (names.go), make bench-names
 //
 // It writes results/results.json and results/chart.png (results/cluster.json
 // alone for a run of the cluster points only), and exits 1 when a
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/rlock"
 )
 
 type config struct {
@@ -84,6 +86,7 @@ func main() {
 func run() int {
 	var cfg config
 	var contenders, scenarios, hotClients, holds, inprocHolds, knownStuck, clusterSharing string
+	var nc namesConfig
 	flag.BoolVar(&cfg.quick, "quick", false, "one round of short runs (about 3 minutes); explicit flags still win")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds; every contender runs every point once per round, and the report gives medians")
 	flag.DurationVar(&cfg.duration, "duration", time.Second, "how long each run starts Lock calls; waits open at the end drain")
@@ -110,6 +113,12 @@ func run() int {
 	flag.StringVar(&clusterSharing, "cluster-sharing", "1,2", "cluster-locks points: goroutines per lock, each in another process (at most -cluster-procs): 1 = every goroutine its own lock; goroutines/sharing distinct locks")
 	flag.DurationVar(&cfg.clusterDur, "cluster-duration", 2*time.Second, "length of the cluster points' runs (longer than -duration: the machine's other load varies from one second to the next)")
 	flag.IntVar(&cfg.clusterHotProcs, "cluster-hot-procs", 8, "cluster-hot points: worker processes with one Client and one goroutine each, on one lock")
+	flag.IntVar(&nc.count, "names-count", 1_000_000, "names scenario: distinct names, each locked once")
+	flag.IntVar(&nc.held, "names-held", 100_000, "names scenario: names held at once to measure the memory of a held name (at most -names-count)")
+	flag.IntVar(&nc.concurrency, "names-concurrency", 256, "names scenario: Lock calls in flight at once")
+	flag.DurationVar(&nc.lease, "names-lease", 0, "names scenario: WithLease of every hold; 0 for watchdog holds")
+	flag.DurationVar(&nc.watchdog, "names-watchdog", rlock.DefaultWatchdogTimeout, "names scenario: the Client's watchdog timeout")
+	flag.DurationVar(&nc.settle, "names-settle", 10*time.Second, "names scenario: how long to wait, once every key is gone, for used_memory to come back to the baseline")
 	flag.StringVar(&cfg.out, "out", "results", "directory for results.json and chart.png (cluster.json alone for a run of -scenarios cluster only)")
 	flag.StringVar(&knownStuck, "known-stuck", "rueidislock,rueidislock-km1", "contender slugs whose stuck waiters are reported as a known finding but do not fail the run (\"\" to fail on any)")
 	flag.Bool("worker", false, "internal: serve jobs on stdin (the bench starts its workers so)")
@@ -178,6 +187,14 @@ func run() int {
 	if err == nil && cfg.stuckAfter >= cfg.drainLimit {
 		err = errors.New("-stuck-after must be shorter than -drain-limit, or stuck waiters would be reported as cut")
 	}
+	if err == nil && slices.Contains(cfg.scenarios, "names") {
+		switch {
+		case len(cfg.scenarios) > 1:
+			err = errors.New("-scenarios names runs alone (it measures the memory of the whole server)")
+		case nc.count < 1 || nc.held < 1 || nc.held > nc.count || nc.concurrency < 1 || nc.lease < 0 || nc.settle < 0:
+			err = errors.New("-names-count, -names-held and -names-concurrency must be positive, -names-held at most -names-count, -names-lease and -names-settle not negative")
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
@@ -185,6 +202,17 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.scenarios[0] == "names" {
+		if err := runNames(ctx, cfg, nc); err != nil {
+			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr, "bench: interrupted")
+				return 130
+			}
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	rep, failed, err := runBench(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -402,7 +430,7 @@ func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err err
 // the default run under 14 minutes: fleet-inproc and handoff-xproc cover
 // hand-offs between Clients in one process and between processes).
 var (
-	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked", "cluster"}
+	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked", "cluster", "names"}
 	defaultScenarios = []string{"hot", "many", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
 )
 

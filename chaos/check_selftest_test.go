@@ -77,8 +77,9 @@ func TestCheckerCatchesViolations(t *testing.T) {
 
 // TestCheckerCatchesForceUnlockViolations feeds the checker a fabricated run
 // with force-unlocks: a hold granted after one with an older token, an
-// overlap it causes, and a lock key renewed forever, next to an overlap a
-// force-unlock excuses and the permanent counters.
+// overlap it causes, a lock key renewed forever and a fencing counter without
+// expiry, next to an overlap a force-unlock excuses and an arrival counter
+// that expired.
 func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos suite skipped in -short mode")
@@ -110,7 +111,7 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 	}
 	for _, cmd := range [][]string{
 		{"SET", "chaos:{res}:fence", "1065"},
-		{"SET", "chaos:{res}:seq", "7"},
+		{"SET", "chaos:{res}:seq", "7", "PX", "50"},
 		{"HSET", "chaos:{res}", "w0:1", "1"},
 		{"PEXPIRE", "chaos:{res}", "60000"},
 		{"SET", "chaos:{res}:odd", "1"},
@@ -153,12 +154,13 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 		"after force-unlocks: w0.op3 (token 991) was granted the lock after a force-unlock",
 		"left over: key chaos:{res} (hash) still there",
 		"left over: key chaos:{res}:odd (string) without expiry",
+		"left over: key chaos:{res}:fence (string) without expiry",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the checker missed %q; it reported:\n%s", want, all)
 		}
 	}
-	for _, unwanted := range []string{"w1.op2 (op 2) granted", "[w0.op1 w1.op2]", ":fence", ":seq ", "w2.op4", "w3.op6"} {
+	for _, unwanted := range []string{"w1.op2 (op 2) granted", "[w0.op1 w1.op2]", ":seq ", "w2.op4", "w3.op6"} {
 		if strings.Contains(all, unwanted) {
 			t.Errorf("the checker reported %q, which is allowed; it reported:\n%s", unwanted, all)
 		}

@@ -469,10 +469,12 @@ func (res *result) checkTokensUnique(events []event) {
 }
 
 // checkLeftovers waits for the lock server to be clean: no subscription, no
-// lock or queue key (with an expiry or without), every permit back. Only the
-// keys the library documents as permanent may stay: a Mutex's fencing and
-// arrival counters (:fence, :seq) and a semaphore's state hash (:sem).
-// Release latches and tombstones, set once with a fixed expiry, may remain.
+// lock, queue or counter key (with an expiry or without), every permit back.
+// Nothing of a lock is permanent: its fencing and arrival counters expire
+// within the idle bound like the rest (one lease past their last use, within
+// leftoverWait). Only a semaphore's state hash may stay, when its limit was
+// set by hand (then it holds the limit for good). Release latches and
+// tombstones, set once with a fixed expiry, may remain.
 func (r *run) checkLeftovers(ctx context.Context, res *result) {
 	deadline := time.Now().Add(r.leftoverWait())
 	var problems []string
@@ -511,12 +513,7 @@ func (r *run) leftovers(ctx context.Context) []string {
 		ts, _ := typ.ToString()
 		switch {
 		case ts == "none": // expired meanwhile
-		case ts == "string" && (strings.HasSuffix(k, ":fence") || strings.HasSuffix(k, ":seq")) && !st.HasExpiry:
-			// a Mutex's fencing or arrival counter: permanent
 		case ts == "hash" && strings.HasSuffix(k, ":sem") && !st.HasExpiry: // the semaphore's limit and counts
-		case ts == "string" && strings.HasSuffix(k, ":rw:fence") && st.HasExpiry:
-			// an RWMutex's fencing counter: lives on for an hour after its
-			// last use (rw_lib.lua), so that tokens keep rising
 		case st.HasExpiry && (strings.Contains(k, ":latch:") || strings.Contains(k, ":gone:")):
 			// a release latch or tombstone: a fixed lifetime nobody extends
 		case st.HasExpiry:

@@ -7,8 +7,8 @@
 // master of the lock's slot killed on a Redis Cluster with replicas), and
 // check the outcome: fenced writes, no Mutex token granted twice, no lost
 // update, holders within the limit, no hold granted after a force-unlock with
-// an older token, no stuck waiter, nothing left behind (every key but the
-// permanent counters gone).
+// an older token, no stuck waiter, nothing left behind (every key gone, the
+// fencing and arrival counters too; only a semaphore limit set by hand stays).
 //
 // The RWMutex workload (kind "rw") is mostly readers: every 8th operation
 // (and every other long one) takes the write lock and makes a fenced

@@ -126,6 +126,28 @@
 // Without fencing, the lock still keeps contending workers from duplicating
 // effort almost always; with fencing, stale holders cannot do harm.
 //
+// # What stays in Redis
+//
+// Nothing of a lock is permanent: a service may lock "orders:<id>" for
+// millions of ids. Every key of a Mutex, FairMutex, MultiLock member or
+// RWMutex expires by itself once the lock is idle, even when the processes
+// that used it crashed: the lock key with its hold's lease (at once on
+// Unlock); the fencing counter one lease of the hold that took its last
+// token (1s at least) after that token; the queue and arrival counter when
+// the last waiter's place lapses, max(its lease, 2s) after the re-check it
+// planned (an RWMutex waiter's: two watchdog timeouts after its last
+// re-check); a release's retry latch the unlock timeout plus 1s after it, a
+// tombstone of a given-up acquisition one lease after it. With the defaults
+// no key is left a minute after the last hold ended and the last waiter
+// stopped (WithLease holds: 24s plus the longest lease, when longer).
+//
+// Fencing tokens still rise strictly across that expiry: a counter made
+// afresh starts from the server clock in microseconds, and the counter is
+// kept until the clock has passed its value, which it runs ahead of only
+// while tokens are reserved faster than one per microsecond (a contended
+// acquisition reserves 65). The README's Guarantees section gives the
+// argument and what it assumes of the server clock.
+//
 // # Errors
 //
 // Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,

@@ -93,3 +93,11 @@ func QuorumLiveMasters(qm *QuorumMutex, lockCtx context.Context) int {
 	defer qh.mu.Unlock()
 	return qh.live
 }
+
+// QueuedFence runs acquire.lua once for a first acquisition by owner, without
+// queueing, and returns its status and, when the lock was taken by another,
+// the fencing counter it reported (see acquireReply.fence).
+func QueuedFence(ctx context.Context, m *Mutex, owner string, lease time.Duration) (status int64, fence uint64, err error) {
+	r, err := acquireScript(ctx, m.c, m.keys, acquireArgs{owner: owner, secret: "00", lease: lease})
+	return r.status, r.fence, err
+}

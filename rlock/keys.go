@@ -9,10 +9,10 @@ const MaxNameLength = core.MaxNameLength
 // {name}, so it lives in one Redis Cluster slot and one script may touch it all.
 type keys struct {
 	lock    string // hash: owner field -> hold count
-	fence   string // fencing counter, never expires
+	fence   string // fencing counter, kept a lease past its last token (see mutex_tokens)
 	queue   string // zset: waiting owner field -> arrival number
 	waiters string // zset: waiting owner field -> deadline
-	seq     string // arrival counter
+	seq     string // arrival counter; expires with the queue, after its last deadline
 	channel string // "free" announcements, when no one is queued
 	// grants is this Client's grant channel: hand-offs to its waiters, and
 	// ForceUnlock's word to its holders, come on it (see core.GrantChannel);

@@ -92,7 +92,10 @@ func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Contex
 // microseconds, so that a Redis restarted without persistence, which loses the
 // counter, still issues tokens above those issued before (as long as its clock
 // did not go back); and a holder reserves a few at a time to pass the lock to
-// goroutines of its own Client.
+// goroutines of its own Client. The counter expires when the lock is idle
+// (one lease after its last token, and never before the clock has passed its
+// value), and the next acquisition's token, from the clock, is above every
+// token before (see "What stays in Redis" in the package documentation).
 func (m *Mutex) Token(lockCtx context.Context) (uint64, error) {
 	if m.err != nil {
 		return 0, m.err

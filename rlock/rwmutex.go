@@ -177,8 +177,10 @@ func (rw *RWMutex) Unlock(lockCtx context.Context) error {
 
 // Token returns the fencing token of the hold carried by lockCtx: that of the
 // write hold while lockCtx holds the write lock, else that of its read hold,
-// which is the token of the last writer before it (readers share it). It
-// stays the same across re-entries. It fails with ErrNotHeld when lockCtx
+// which is the token of the last writer before it (readers share it; a new
+// one, above every token before, when the counter expired while the lock was
+// idle: see "What stays in Redis" in the package documentation). It stays the
+// same across re-entries. It fails with ErrNotHeld when lockCtx
 // carries no hold of the lock (a hold that ended still reports its token).
 func (rw *RWMutex) Token(lockCtx context.Context) (uint64, error) {
 	if rw.err != nil {

@@ -4,7 +4,8 @@
 -- handed to it directly (see mutex_lib.lua).
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  fencing counter (a plain integer key with no expiry; it outlives the lock)
+-- KEYS[2]  fencing counter (a plain integer key, kept a lease past its last
+--          token, see mutex_tokens)
 -- KEYS[3]  tombstone of this owner field, written by abandon.lua
 -- KEYS[4]  queue zset (see mutex_lib.lua)
 -- KEYS[5]  waiter deadlines zset
@@ -45,7 +46,8 @@
 --   {0, wait, fence}   not acquired; wait is the holder's remaining lease in
 --                      milliseconds (-1 when the key has no expiry; a holder
 --                      just handed the lock: its claim window), fence the
---                      fencing counter now (0 if unset): a hand-off message
+--                      fencing counter now (the server clock in microseconds
+--                      if unset, see mutex_fence_seen): a hand-off message
 --                      whose tokens are not above it was sent before this call
 --                      and is stale
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
@@ -94,7 +96,7 @@ if wait == -2 then
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
     local block = tonumber(ARGV[8])
-    local last = mutex_tokens(fence, block)
+    local last = mutex_tokens(fence, block, lease)
     return {1, last - block + 1, 1, last, left}
   end
 else
@@ -103,7 +105,7 @@ else
     -- Handed to us while we were queued (its message may be lost or late),
     -- or taken by an attempt of ours whose reply was lost.
     redis.call('PEXPIRE', lock, lease)
-    local last = mutex_fence_now(fence)
+    local last = mutex_fence_now(fence, lease)
     return {1, last, tonumber(count), last, redis.call('ZCARD', queue)}
   end
 end
@@ -114,4 +116,4 @@ if ARGV[4] == '1' then
   end
   mutex_enqueue(queue, waiters, KEYS[6], entry, recheck)
 end
-return {0, wait, tonumber(redis.call('GET', fence) or '0')}
+return {0, wait, mutex_fence_seen(fence)}

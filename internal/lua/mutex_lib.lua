@@ -30,50 +30,96 @@
 -- rest to goroutines of its own process it passes the lock to (cohorting);
 -- any later acquisition gets a higher token.
 
--- The server time in milliseconds, read once per script call.
-local clock_ms
+-- The server time in milliseconds, read once per script call; clock_us is the
+-- same reading in microseconds (below 2^53, exact as a Lua number).
+local clock_ms, clock_us
 local function now_ms()
   if not clock_ms then
     local t = redis.call('TIME')
-    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_ms = math.floor(clock_us / 1000)
   end
   return clock_ms
 end
 
--- Reserves a block of fencing tokens and returns the last one. A missing
--- counter (a new lock, or a Redis that restarted without persistence) starts
--- from the server time in microseconds, so tokens keep rising across such a
--- restart as long as the server clock does and fewer than a million tokens a
--- second are issued; resources that fence by token keep accepting writes.
--- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
-local function mutex_tokens(fence, block)
-  if redis.call('EXISTS', fence) == 1 then
-    return redis.call('INCRBY', fence, block)
+-- The shortest time (ms) the fencing counter is kept past its last token: the
+-- margin for a failover to a replica whose clock lags (see mutex_tokens).
+local MUTEX_FENCE_KEEP_MS = 1000
+
+-- Reserves a block of fencing tokens and returns the last one. keep is the
+-- lease (ms) of the hold that takes them.
+--
+-- Tokens rise strictly although the counter does not live for ever. A missing
+-- counter (a new lock, one idle long enough for its counter to expire, or a
+-- Redis that restarted without persistence) starts from the server clock in
+-- microseconds. The counter runs ahead of that clock only while tokens are
+-- reserved faster than one per microsecond over its life (a contended
+-- acquisition reserves a block of 65): by the tokens reserved since it was
+-- created less the microseconds elapsed since, usually a negative number.
+-- Each reservation therefore sets the counter to expire at the later of now
+-- and the time its value stands for (value / 1000 ms), plus the hold's lease
+-- (MUTEX_FENCE_KEEP_MS at least): a counter ahead of the clock lives until the
+-- clock has passed it. Redis deletes a key only once its clock passed the
+-- expiry, so a counter created afresh, from a clock at least the keep time
+-- past the old counter's value (less the moments between the expiry check and
+-- this script's TIME), starts above every token of the one before. The
+-- expiry is absolute (PEXPIREAT), read by replicas and the AOF as written:
+-- after a failover the new primary deletes the counter by its own clock and
+-- restarts it from that same clock, which is safe while that clock does not
+-- lag the old primary's by more than the keep time. Nothing here survives a
+-- server clock stepped back by more than that, or writes lost by
+-- asynchronous replication (see WithReplicaAck). Tokens stay below 2^53,
+-- exact as Lua numbers, until about the year 2250.
+local function mutex_tokens(fence, block, keep)
+  now_ms() -- the clock is read before any write, and once per script
+  local last = redis.call('INCRBY', fence, block)
+  if last == block then
+    -- INCRBY made the counter from nothing (no counter starts from 0): it
+    -- restarts from the clock in the same script, before anyone reads it.
+    last = clock_us + block
+    redis.call('SET', fence, string.format('%d', last))
   end
-  -- The counter is missing: start it from the clock (read before any write,
-  -- so that a failure cannot leave a counter that restarts from zero).
-  local t = redis.call('TIME')
-  local last = tonumber(t[1] .. string.rep('0', 6 - #t[2]) .. t[2]) + block
-  redis.call('SET', fence, string.format('%d', last))
+  local at = math.max(clock_ms, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, MUTEX_FENCE_KEEP_MS)
+  redis.call('PEXPIREAT', fence, string.format('%d', at))
   return last
 end
 
--- The fencing counter now, or a fresh token when it is missing (evicted, or
--- deleted by hand): a token handed out must never be lower than one before.
-local function mutex_fence_now(fence)
+-- The fencing counter now, or a fresh token when it is missing (expired,
+-- evicted, or deleted by hand): a token handed out must never be lower than
+-- one before. keep as for mutex_tokens.
+local function mutex_fence_now(fence, keep)
   local cur = redis.call('GET', fence)
   if cur then
     return tonumber(cur)
   end
-  return mutex_tokens(fence, 1)
+  return mutex_tokens(fence, 1, keep)
+end
+
+-- A value no token issued so far is above, and every token issued from now on
+-- is: the fencing counter, or when it is missing the server clock in
+-- microseconds (a counter that expired stood below it, see mutex_tokens). A
+-- hand-off message whose tokens are not above it was sent before this call.
+local function mutex_fence_seen(fence)
+  local cur = redis.call('GET', fence)
+  if cur then
+    return tonumber(cur)
+  end
+  now_ms()
+  return clock_us
 end
 
 -- Refuses to start a script that may create the lock hash when this Redis
 -- user may not set its expiry: a denial between HSET and PEXPIRE would leave
--- a lock that never expires. Redis < 7 has no acl_check_cmd: no check there.
+-- a lock that never expires (and one between INCRBY and PEXPIREAT a fencing
+-- counter, one between ZADD and PEXPIREAT a queue). Redis < 7 has no
+-- acl_check_cmd: no check there.
 local function mutex_check_expire(lock)
-  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', lock, '1') then
-    return redis.error_reply('NOPERM this user has no permission to run PEXPIRE on ' .. lock .. ', which the lock scripts need; nothing was changed')
+  if redis.acl_check_cmd then
+    for _, cmd in ipairs({'PEXPIRE', 'PEXPIREAT'}) do
+      if not redis.acl_check_cmd(cmd, lock, '1') then
+        return redis.error_reply('NOPERM this user has no permission to run ' .. cmd .. ' on ' .. lock .. ', which the lock scripts need; nothing was changed')
+      end
+    end
   end
   return nil
 end
@@ -117,9 +163,17 @@ end
 
 -- Joins the queue (or stays in it); recheck is the most milliseconds from now
 -- after which the waiter re-checks (see the waiters zset).
+-- The queue, deadlines and arrival counter expire together just after the
+-- latest deadline, by which every place in them has lapsed: a queue whose
+-- waiters all vanished leaves nothing behind. (Deadlines are only ever
+-- brought forward after this, never pushed back.)
 local function mutex_enqueue(queue, waiters, seq, entry, recheck)
   redis.call('ZADD', queue, 'NX', redis.call('INCR', seq), entry)
   redis.call('ZADD', waiters, now_ms() + recheck + mutex_grace(entry), entry)
+  local last = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2]
+  for _, key in ipairs({queue, waiters, seq}) do
+    redis.call('PEXPIREAT', key, string.format('%d', tonumber(last) + 1))
+  end
 end
 
 -- Returns the entry at the head of the queue, after forgetting lapsed
@@ -180,7 +234,7 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       local ttl = math.min(tonumber(lease), tonumber(claim))
       redis.call('HSET', lock, owner, 1)
       redis.call('PEXPIRE', lock, ttl)
-      local last = mutex_tokens(fence, block)
+      local last = mutex_tokens(fence, block, lease)
       local left = redis.call('ZCARD', queue)
       -- %d: concatenating a number would print 16 digits as 1.7e+15.
       local grant = string.format('%d:%d:%d', last - block + 1, last, left)

@@ -95,7 +95,7 @@ else
     reply = '-4'
   elseif not head then
     redis.call('PEXPIRE', lock, lease)
-    local last = mutex_tokens(fence, block)
+    local last = mutex_tokens(fence, block, lease)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
     mutex_bury(KEYS[7], ARGV[10])
@@ -108,7 +108,7 @@ else
     -- made), as the reply tells its Client.
     redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_grace(ARGV[8]), ARGV[8])
     if last == 0 then
-      last = tonumber(redis.call('GET', fence) or '0')
+      last = mutex_fence_seen(fence)
     end
     reply = string.format('0 %d %d', last, granted)
   end

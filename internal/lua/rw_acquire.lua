@@ -100,7 +100,7 @@ local function held()
     local count = redis.call('HGET', KEYS[3], owner)
     if count then
       rw_renew_reader(now, owner, lease)
-      return {1, rw_token(false), tonumber(count)}
+      return {1, rw_token(false, lease), tonumber(count)}
     end
   end
   return nil
@@ -117,7 +117,7 @@ if mode == 'r' and ARGV[10] ~= '' then
     return {-1}
   end
   rw_grant_reader(now, owner, lease)
-  return {1, rw_token(false), 1}
+  return {1, rw_token(false, lease), 1}
 end
 
 -- The lock may be free for those queued first (a lease ran out, say).
@@ -130,7 +130,7 @@ local entry = rw_entry(mode, lease, ARGV[12], ARGV[13], owner)
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
   if mode == 'r' then
     rw_grant_reader(now, owner, lease)
-    return {1, rw_token(false), 1}
+    return {1, rw_token(false, lease), 1}
   end
   if redis.call('ZCARD', KEYS[2]) == 0 then
     return {1, rw_grant_writer(owner, lease), 1}

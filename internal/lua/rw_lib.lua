@@ -60,11 +60,11 @@
 --
 -- Expiry: the writer hash expires with the writer's lease; the readers zset
 -- and counts hash with their last reader's lease; the queue zsets and arrival
--- counter with their last deadline; the fencing counter RW_FENCE_IDLE_MS after
--- its last use. A counter that expired restarts from the server clock in
--- microseconds (mutex_tokens), above every token it issued before.
+-- counter with their last deadline; the fencing counter one lease (1s at
+-- least) past its last token, or past the time its value stands for when it
+-- runs ahead of the clock (see mutex_tokens). A counter that expired restarts
+-- from the server clock in microseconds, above every token it issued before.
 
-local RW_FENCE_IDLE_MS = 3600000
 -- Bounds the waiters one script serves, so that no script runs long.
 local RW_SERVE_MAX = 100
 -- The tag of every reader waiter of a lock on its read channel (see
@@ -111,19 +111,16 @@ local function rw_arrival()
 end
 
 -- A new fencing token (bump) or the counter as it is (readers share the last
--- writer's token); either way the counter lives on for RW_FENCE_IDLE_MS.
-local function rw_token(bump)
-  local token
-  if bump then
-    token = mutex_tokens(KEYS[7], 1)
-  else
-    token = tonumber(redis.call('GET', KEYS[7]) or '0')
-    if token == 0 then
-      token = mutex_tokens(KEYS[7], 1)
+-- writer's token; a new one when the counter expired). lease is the lease (ms)
+-- of the hold the token is for, which the counter outlives (mutex_tokens).
+local function rw_token(bump, lease)
+  if not bump then
+    local token = tonumber(redis.call('GET', KEYS[7]) or '0')
+    if token > 0 then
+      return token
     end
   end
-  redis.call('PEXPIRE', KEYS[7], RW_FENCE_IDLE_MS)
-  return token
+  return mutex_tokens(KEYS[7], 1, lease)
 end
 
 -- Drops the readers whose lease ran out.
@@ -171,7 +168,7 @@ end
 
 -- Gives owner the write lock (count 1) with a new fencing token; returns it.
 local function rw_grant_writer(owner, lease)
-  local token = rw_token(true)
+  local token = rw_token(true, lease)
   redis.call('HSET', KEYS[1], owner, 1, 't', string.format('%d', token))
   redis.call('PEXPIRE', KEYS[1], lease)
   return token
