@@ -98,16 +98,19 @@ local function rw_grace(lease)
 end
 
 -- A new arrival number. A missing counter starts from the server clock in
--- microseconds (at millisecond precision), above every number it issued
--- before as long as the clock rises and fewer than a million places a second
--- are taken: no two places ever share one (see the top of this file).
+-- microseconds, above every number it issued before as long as the clock
+-- rises and fewer than a million places a second are taken: no two places
+-- ever share one (see the top of this file).
 local function rw_arrival()
-  if redis.call('EXISTS', KEYS[6]) == 1 then
-    return redis.call('INCR', KEYS[6])
+  local n = redis.call('INCR', KEYS[6])
+  if n == 1 then
+    -- INCR made the counter from nothing (no counter starts from 0): it
+    -- restarts from the clock in the same script, before anyone reads it.
+    now_ms()
+    n = clock_us
+    redis.call('SET', KEYS[6], string.format('%d', n))
   end
-  local first = now_ms() * 1000
-  redis.call('SET', KEYS[6], string.format('%d', first))
-  return first
+  return n
 end
 
 -- A new fencing token (bump) or the counter as it is (readers share the last
@@ -266,7 +269,7 @@ local function rw_serve(now, self, publish, readch, grants)
         local ttl = math.min(l, c)
         rw_grant_reader(now, o, ttl)
         if o ~= self then
-          token = token or string.format('%d', rw_token(false))
+          token = token or string.format('%d', rw_token(false, l))
           local arrival = string.format('%d', tonumber(batch[i + 1]))
           others[#others + 1] = o
           proofs[#proofs + 1] = arrival .. ':' .. redis.sha1hex(secret .. ':' .. token .. ':' .. arrival)
