@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -22,7 +23,7 @@ func TestCloseWithRedisStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keepHeld(t, held)
+	redistest.KeepHeld(t, held)
 	baseline := runtime.NumGoroutine()
 	waiter, err := rlock.New(e.raw, rlock.WithKeyPrefix(e.prefix), rlock.WithUnlockTimeout(5*time.Second))
 	if err != nil {

@@ -411,14 +411,14 @@ func TestFaultLostUnlockCostsAtMostTheLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keepHeld(t, held)
+		redistest.KeepHeld(t, held)
 		x := e.client()
 		y := e.clientOn(redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.ClientName = "waiter-y" }))
 
 		first := make(chan error, 1)
 		go func() {
 			lc, err := x.Mutex(name).Lock(e.ctx, rlock.WithLease(lease)) // never unlocked
-			keepHeld(t, lc)
+			redistest.KeepHeld(t, lc)
 			first <- err
 		}()
 		e.queuedIs(1)

@@ -391,7 +391,7 @@ func TestHoldCohortReenteredWithLease(t *testing.T) {
 func TestHoldRedisDownIsNotContention(t *testing.T) {
 	e := ftNewEnv(t)
 	m := e.client().Mutex("down")
-	keepHeld(t, ftLock(t, e.ctx, m)) // warm: scripts loaded, connections up
+	redistest.KeepHeld(t, ftLock(t, e.ctx, m)) // warm: scripts loaded, connections up
 	c2, c3 := e.client(), e.client()
 	if err := e.srv.Kill(); err != nil {
 		t.Fatal(err)

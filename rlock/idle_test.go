@@ -159,7 +159,7 @@ func TestIdleKeysGone(t *testing.T) {
 			return e.clientOn(redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.InitAddress = []string{p.Addr()} }), idleOptions()...)
 		}
 		holder, waiter := viaProxy(), viaProxy()
-		ftLock(t, e.ctx, mutex(holder, name))
+		redistest.KeepHeld(t, ftLock(t, e.ctx, mutex(holder, name))) // the holder crashes: its hold is never released
 		waitCtx, stop := context.WithCancel(e.ctx)
 		waited := make(chan struct{})
 		go func() {

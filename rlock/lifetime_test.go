@@ -6,18 +6,17 @@ package rlock_test
 // whose lock context is dropped is released, with a log line.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -263,33 +262,8 @@ func TestUnlockWrongContext(t *testing.T) {
 	}
 }
 
-// keepHeld keeps lockCtx reachable until the test ends. A test whose hold is
-// never unlocked (it stands for a holder that hangs or crashed) must keep its
-// lock context, or the hold is released once the context is garbage.
-func keepHeld(t testing.TB, lockCtx context.Context) {
-	t.Cleanup(func() { runtime.KeepAlive(lockCtx) })
-}
-
-// ltLog is a log destination safe for concurrent use.
-type ltLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *ltLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *ltLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func ltLogged() (*ltLog, rlock.Option) {
-	l := &ltLog{}
+func ltLogged() (*redistest.LogBuffer, rlock.Option) {
+	l := &redistest.LogBuffer{}
 	return l, rlock.WithLogger(slog.New(slog.NewTextHandler(l, nil)))
 }
 

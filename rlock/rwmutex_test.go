@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -292,7 +293,7 @@ func TestRWCrashedHoldersFreeWithinLease(t *testing.T) {
 		other := e.client()
 		// A live reader with its own renewed lease stays; only the crashed
 		// one's lease runs out.
-		keepHeld(t, rwLock(t, e.ctx, crashed.RWMutex(name), write))
+		redistest.KeepHeld(t, rwLock(t, e.ctx, crashed.RWMutex(name), write))
 		if err := crashed.Close(); err != nil {
 			t.Fatal(err)
 		}

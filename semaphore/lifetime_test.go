@@ -7,18 +7,17 @@ package semaphore_test
 // log line.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -139,31 +138,6 @@ func TestReleaseWrongContext(t *testing.T) {
 	}
 }
 
-// keepHeld keeps permitCtx reachable until the test ends. A test whose
-// permits are never released (they stand for a holder that hangs or crashed)
-// must keep the permit context, or the permits are released once the context
-// is garbage.
-func keepHeld(t testing.TB, permitCtx context.Context) {
-	t.Cleanup(func() { runtime.KeepAlive(permitCtx) })
-}
-
-type ltLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *ltLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *ltLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // dropPermits acquires and drops the permit context without Release.
 //
 //go:noinline
@@ -178,7 +152,7 @@ func dropPermits(t *testing.T, s *semaphore.Semaphore, ctx context.Context, n in
 // released once the context is garbage, with a log line.
 func TestDroppedPermitContextReleased(t *testing.T) {
 	e := newEnv(t)
-	logs := &ltLog{}
+	logs := &redistest.LogBuffer{}
 	c := e.client(rlock.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	s := e.sem(c, "drop", 3)
 	lock := semaphore.NewLock(c, "drop-lock")

@@ -246,8 +246,8 @@ func TestIdleKeysExpire(t *testing.T) {
 	const watchdog = 300 * time.Millisecond
 	c, proxy := e.proxied(rlock.WithWatchdogTimeout(watchdog))
 	s := semaphore.New(c, name, semaphore.WithLimit(2))
-	keepHeld(t, mustAcquire(t, s, e.ctx, 1))
-	keepHeld(t, mustAcquire(t, s, e.ctx, 1, semaphore.WithLease(300*time.Millisecond)))
+	redistest.KeepHeld(t, mustAcquire(t, s, e.ctx, 1))
+	redistest.KeepHeld(t, mustAcquire(t, s, e.ctx, 1, semaphore.WithLease(300*time.Millisecond)))
 	waitCtx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	ch := goAcquire(s, waitCtx, 1)
@@ -282,7 +282,7 @@ func TestOutageCleanupsBounded(t *testing.T) {
 	)
 	holder := semaphore.New(e.client(), name, semaphore.WithLimit(1))
 	s := semaphore.New(e.client(rlock.WithWatchdogTimeout(900*time.Millisecond)), name, semaphore.WithLimit(1))
-	keepHeld(t, mustAcquire(t, holder, e.ctx, 1))
+	redistest.KeepHeld(t, mustAcquire(t, holder, e.ctx, 1))
 	done := make(chan error, waiters)
 	for range waiters {
 		go func() {
