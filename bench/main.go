@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -241,7 +242,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		return nil, false, err
 	}
 	defer raw.Close()
-	b := &bench{addr: srv.Addr(), raw: raw, pool: &workerPool{}, prefix: "relock-bench:" + rand.Text()[:8], cfg: cfg}
+	b := &bench{addr: srv.Addr(), raw: raw, pool: &workerPool{}, prefix: "relock-bench:" + rand.Text()[:8], cfg: cfg, holdSeed: mrand.Uint64()}
 	defer b.pool.close()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -27,6 +27,9 @@ type bench struct {
 	// targets are the Redis servers points run on, by Point.Target: the
 	// bench's own (addr, raw) under "", and the clusters it started.
 	targets map[string]*target
+	// holdSeed, plus the round, seeds the drawn holds of every contender
+	// of a round alike (see holdFor).
+	holdSeed uint64
 }
 
 // newRawClient returns an uncounted client for the bench's own commands
@@ -195,6 +198,7 @@ func (b *bench) runPoint(ctx context.Context, pt Point, c Contender, round int) 
 			Locks:      pt.Locks,
 			Hold:       pt.Hold,
 			HoldMax:    pt.HoldMax,
+			HoldSeed:   b.holdSeed + uint64(round),
 			Counters:   counterFile,
 			Duration:   duration,
 			Wait:       b.cfg.wait,

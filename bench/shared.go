@@ -74,9 +74,14 @@ func (c *sharedCounters) slot(lock int) *int64 {
 // increment is a deliberately non-atomic counter++ (a load, then a store):
 // two holders at once can lose an update. (Overlaps are also caught, more
 // surely, by comparing the holders' timestamps.)
-func (c *sharedCounters) increment(lock int) {
+// increment adds one to the lock's counter and returns the new value: the
+// ordinal of this acquisition of the lock (a read and a separate store, so
+// that two holders at once lose an update, which the bench counts).
+func (c *sharedCounters) increment(lock int) int64 {
 	p := c.slot(lock)
-	atomic.StoreInt64(p, atomic.LoadInt64(p)+1)
+	n := atomic.LoadInt64(p) + 1
+	atomic.StoreInt64(p, n)
+	return n
 }
 
 func (c *sharedCounters) load(lock int) int64 { return atomic.LoadInt64(c.slot(lock)) }
