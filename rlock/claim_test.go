@@ -360,6 +360,37 @@ func TestPausedWaiterProcess(t *testing.T) {
 	}
 }
 
+// Two waiters paused (SIGSTOP) at the head of the queue, one behind the
+// other: each is handed the lock in turn for its claim window, and the live
+// waiter behind them gets it after about two windows, not after its own
+// re-check interval (4/5 of the 30s watchdog timeout): the hand-off to the
+// first told it when that claim lapses, so its re-check handed the lock to
+// the second and learned when that claim lapses in turn.
+func TestTwoPausedWaitersInARow(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "claim-two-paused"
+	holder, next := e.client(), e.client()
+	held := ftLock(t, e.ctx, holder.Mutex(name))
+	first := e.startWorker(name, rlock.DefaultClaimWindow)
+	e.queuedIs(1)
+	second := e.startWorker(name, rlock.DefaultClaimWindow)
+	e.queuedIs(2)
+	nextCh := lockAsync(e.ctx, next.Mutex(name))
+	e.queuedIs(3)
+
+	first.signal(syscall.SIGSTOP)
+	second.signal(syscall.SIGSTOP)
+	start := time.Now()
+	mustUnlockFT(t, holder.Mutex(name), held)
+	r := receiveLock(t, nextCh, 4*rlock.DefaultClaimWindow, "the waiter behind two paused ones")
+	waited := r.at.Sub(start)
+	t.Logf("the waiter behind two paused ones got the lock %v after the unlock (claim window %v)", waited, rlock.DefaultClaimWindow)
+	if waited < rlock.DefaultClaimWindow {
+		t.Errorf("the waiter got the lock %v after the unlock: before the first paused waiter's claim could lapse", waited)
+	}
+	mustUnlockFT(t, next.Mutex(name), r.lc)
+}
+
 // A hold in its claim window that passes the lock on to another goroutine of
 // its Client (a cohort pass, no round trip) passes the pending extension with
 // it: the new holder keeps the lock past the window, with the next token.

@@ -236,8 +236,9 @@
 // only (WithClaimWindow, 3s by default): a hand-off grants the lock for that
 // long, the grantee's Client extends it to the lease with an early renewal
 // about a third of the window later (batched with others; a hold released
-// before then costs nothing more), and the waiter queued next is told to
-// re-check when the window lapses. Until the extension lands, the hold's
+// before then costs nothing more), and the two waiters queued next are told
+// to re-check when the window lapses (so two hung waiters in a row hold the
+// queue up for two windows). Until the extension lands, the hold's
 // validity is the claim window dated from the waiter's last check, and a
 // claim that lapses ends it with ErrLeaseLost. A WithLease hold confirms a
 // hand-off with one round trip on receipt, which sets its whole lease. (A live waiter whose pub/sub connection is down just then also

@@ -201,6 +201,42 @@ func TestRWHungWriterHoldsQueueForClaimWindow(t *testing.T) {
 	rwUnlock(t, stuck.RWMutex(name), s.lc, true)
 }
 
+// Two writers at the head, each stuck with its connections open: each is
+// granted the lock in turn for its claim window, and the live writer behind
+// them gets it after about two windows, not at its own re-check (4/5 of the
+// watchdog timeout): told when the first claim lapses, its re-check granted
+// the lock to the second and learned when that claim lapses in turn.
+func TestRWTwoHungWritersInARow(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "rw-claim-two-hung"
+	holder, next := e.client(), e.client()
+	p1, stuck1 := e.stuckClient()
+	p2, stuck2 := e.stuckClient()
+	held := rwLock(t, e.ctx, holder.RWMutex(name), true)
+	rwLockAsync(e.ctx, stuck1.RWMutex(name), true)
+	e.rwQueuedIs(name, 1)
+	rwLockAsync(e.ctx, stuck2.RWMutex(name), true)
+	e.rwQueuedIs(name, 2)
+	writerCh := rwLockAsync(e.ctx, next.RWMutex(name), true)
+	e.rwQueuedIs(name, 3)
+
+	p1.Stall()
+	p2.Stall()
+	defer p1.Resume()
+	defer p2.Resume()
+	unlocked := time.Now()
+	rwUnlock(t, holder.RWMutex(name), held, true)
+	w := receiveLock(t, writerCh, 4*rlock.DefaultClaimWindow, "the writer behind two stuck ones")
+	waited := w.at.Sub(unlocked)
+	t.Logf("the writer behind two stuck ones got the lock %v after the unlock (claim window %v)", waited, rlock.DefaultClaimWindow)
+	if waited < rlock.DefaultClaimWindow {
+		t.Errorf("the writer got the lock %v after the unlock: before the first stuck writer's claim could lapse", waited)
+	}
+	p1.Resume()
+	p2.Resume()
+	rwUnlock(t, next.RWMutex(name), w.lc, true)
+}
+
 // Readers granted together, one of them stuck with its connections open: the
 // writer queued behind them is told to re-check when the readers' claims
 // lapse, and gets the lock once the live reader is done and the stuck one's

@@ -111,6 +111,46 @@ func TestStuckGranteeBehindClaimNeedsNoNotice(t *testing.T) {
 	mustRelease(t, last, r.ctx)
 }
 
+// TestTwoStuckWaitersInARow: two waiters at the head whose Clients are stuck
+// with their connections open (their proxies stall before the release) are
+// each granted the permit in turn for their claim windows, and the live
+// waiter behind them gets it after about two windows, not at its own re-check
+// (a third of its 90s watchdog timeout): told when the first claim lapses,
+// its re-check granted the permit to the second and learned when that claim
+// lapses in turn.
+func TestTwoStuckWaitersInARow(t *testing.T) {
+	e := newEnv(t)
+	const name = "claim-two-stuck"
+	holder := e.sem(e.client(), name, 1)
+	pc1, proxy1 := e.proxied()
+	pc2, proxy2 := e.proxied()
+	next := e.sem(e.client(rlock.WithWatchdogTimeout(90*time.Second)), name, 1)
+
+	held := mustAcquire(t, holder, e.ctx, 1)
+	goAcquire(e.sem(pc1, name, 1), e.ctx, 1)
+	waitFor(t, 5*time.Second, "the first waiter queued", func() bool { return e.queueLen(name) == 1 })
+	goAcquire(e.sem(pc2, name, 1), e.ctx, 1)
+	waitFor(t, 5*time.Second, "the second waiter queued", func() bool { return e.queueLen(name) == 2 })
+	nextCh := goAcquire(next, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the live waiter queued", func() bool { return e.queueLen(name) == 3 })
+
+	proxy1.Stall()
+	proxy2.Stall()
+	defer proxy1.Resume()
+	defer proxy2.Resume()
+	start := time.Now()
+	mustRelease(t, holder, held)
+	r := receive(t, nextCh, 4*rlock.DefaultClaimWindow, "the waiter behind two stuck ones")
+	waited := r.at.Sub(start)
+	t.Logf("the waiter behind two stuck ones got the permit %v after the release (claim window %v)", waited, rlock.DefaultClaimWindow)
+	if waited < rlock.DefaultClaimWindow {
+		t.Errorf("the live waiter got the permit %v after the release: before the first stuck waiter's claim could lapse", waited)
+	}
+	proxy1.Resume()
+	proxy2.Resume()
+	mustRelease(t, next, r.ctx)
+}
+
 // TestClaimExtendedSemaphore: a waiter that takes the permits up keeps them
 // past the claim window, its Client having extended the grant to the lease.
 func TestClaimExtendedSemaphore(t *testing.T) {

@@ -83,8 +83,9 @@
 // Redis while its connections stay open) loses its place within one watchdog
 // timeout (3s when that is longer; a WithLease waiter two thirds of its lease,
 // 2s at least, after the re-check it planned) or, when permits reach it
-// first, holds them for its claim window only: the head left waiting behind
-// such a grant re-checks when the window lapses, and the hung waiter's permit
+// first, holds them for its claim window only: the two waiters left at the
+// head behind such a grant re-check when the window lapses (so two hung
+// waiters in a row hold the queue up for two windows), and the hung waiter's permit
 // context ends with ErrLeaseLost when it runs again. That head planned to
 // re-check by then when it queued behind permits granted for a claim window
 // (as workers taking turns do); only one that queued behind a longer lease is

@@ -46,6 +46,10 @@ end
 -- margin for a failover to a replica whose clock lags (see mutex_tokens).
 local MUTEX_FENCE_KEEP_MS = 1000
 
+-- How many waiters behind a claimed hand-off are told when the claim lapses
+-- (see mutex_handoff).
+local MUTEX_CHASE = 2
+
 -- Reserves a block of fencing tokens and returns the last one. keep is the
 -- lease (ms) of the hold that takes them.
 --
@@ -209,11 +213,15 @@ end
 -- that is shorter: a Client that receives the grant extends it to the lease
 -- (with its next renewal, batched), and one that is paused or stuck with its
 -- connection open (PUBLISH counts it as a receiver) holds the queue up for
--- the claim window only. The waiter queued next is then told '@' .. owner ..
--- ' ~' .. ms, so that it re-checks when the claim lapses instead of when the
--- lease it last saw would have; only when it planned to re-check later than
--- that (it queued behind a long lease), so that a hand-off costs one message
--- where waiters queue behind claimed hand-offs (workers taking turns).
+-- the claim window only. The MUTEX_CHASE waiters queued next are then told
+-- '@' .. owner .. ' ~' .. ms, so that they re-check when the claim lapses
+-- instead of when the lease they last saw would have; only those that planned
+-- to re-check later than that (queued behind a long lease), so that a
+-- hand-off costs one message where waiters queue behind claimed hand-offs
+-- (workers taking turns). Telling the second one too makes two hung waiters
+-- in a row cost two claim windows, not a re-check interval: when the first
+-- claim lapses, the second one's re-check hands the lock to the next hung
+-- waiter, and its reply tells it when that claim lapses in turn.
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
 -- no one waits, or -1) and the last fencing token reserved (0 when none was).
 local function mutex_handoff(lock, fence, queue, waiters, publish, channel, grants, message, self, block, head)
@@ -241,12 +249,16 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
       local heard = lock_publish(publish, mutex_grant_channel(grants, owner), '@' .. owner .. ' ' .. grant .. ':' .. redis.sha1hex(secret .. ':' .. grant))
       if heard > 0 then
         if ttl < tonumber(lease) and left > 0 then
-          local entry = redis.call('ZRANGE', queue, 0, 0)[1] or ''
-          local nxt = string.match(entry, '^(.+)/%d+/%d+/%x+$')
-          local by = now_ms() + ttl + mutex_grace(entry)
-          if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by then
-            lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
-            redis.call('ZADD', waiters, 'XX', by, entry)
+          local now = now_ms()
+          -- (ZSCORE each rather than ZMSCORE: no command the ACL rules in
+          -- the README do not grant.)
+          for _, entry in ipairs(redis.call('ZRANGE', queue, 0, MUTEX_CHASE - 1)) do
+            local nxt = string.match(entry, '^(.+)/%d+/%d+/%x+$')
+            local by = now + ttl + mutex_grace(entry)
+            if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by then
+              lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
+              redis.call('ZADD', waiters, 'XX', by, entry)
+            end
           end
         end
         return ttl, last

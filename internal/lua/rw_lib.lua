@@ -52,10 +52,10 @@
 -- when that is shorter: the Client that receives it extends it to the lease
 -- with its next renewal (batched), and a waiter paused or stuck with its
 -- connection open (PUBLISH counts it as a receiver) holds the lock for the
--- claim window only. The waiter left at the head is then told '@' .. owner ..
--- ' ~' .. ms on its Client's grant channel (a writer) or '@' ..
--- RW_READ_TAG .. ' ~' .. ms on the read channel (readers), so that it
--- re-checks when the claim lapses; only when it planned to re-check later
+-- claim window only. The two waiters left at the head are then told '@' ..
+-- owner .. ' ~' .. ms on their Client's grant channel (a writer) or '@' ..
+-- RW_READ_TAG .. ' ~' .. ms on the read channel (readers), so that they
+-- re-check when the claim lapses; only those that planned to re-check later
 -- than that (see rw_notice).
 --
 -- Expiry: the writer hash expires with the writer's lease; the readers zset
@@ -67,6 +67,9 @@
 
 -- Bounds the waiters one script serves, so that no script runs long.
 local RW_SERVE_MAX = 100
+-- How many waiters at the head, left behind claimed grants, are told when the
+-- claims lapse (see rw_notice).
+local RW_CHASE = 2
 -- The tag of every reader waiter of a lock on its read channel (see
 -- pubsubx.SetTag): no owner field is spelt so.
 local RW_READ_TAG = 'r'
@@ -193,26 +196,28 @@ local function rw_head(now)
   return redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 end
 
--- Tells the waiter now at the head that the grants just made run for claimed
--- ms only (their claim windows, see the top of this file), so that it
--- re-checks when they lapse rather than when it planned to; only when it
--- planned to re-check later than that, read back from its deadline (see
--- rw_grace), which is brought forward to match. self (the caller) is not
--- told: it learns what holds from its own reply.
+-- Tells the RW_CHASE waiters now at the head that the grants just made run
+-- for claimed ms only (their claim windows, see the top of this file), so
+-- that they re-check when they lapse rather than when they planned to; only
+-- those that planned to re-check later than that, read back from their
+-- deadlines (see rw_grace), which are brought forward to match. The second
+-- one is told too so that two hung waiters in a row cost two claim windows
+-- (see mutex_handoff). Readers hear one notice on the read channel. self (the
+-- caller) is not told: it learns what holds from its own reply.
 local function rw_notice(now, self, claimed, publish, readch, grants)
-  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-  local mode, lease, _, _, owner = rw_parse(head or '')
-  if not mode or owner == self then
-    return
-  end
-  local by = now + claimed + rw_grace(lease)
-  if tonumber(redis.call('ZSCORE', KEYS[5], head) or by) > by then
-    if mode == 'w' then
-      lock_publish(publish, mutex_grant_channel(grants, owner), string.format('@%s ~%d', owner, claimed))
-    else
-      lock_publish(publish, readch, string.format('@%s ~%d', RW_READ_TAG, claimed))
+  local readers_told = false
+  for _, entry in ipairs(redis.call('ZRANGE', KEYS[4], 0, RW_CHASE - 1)) do
+    local mode, lease, _, _, owner = rw_parse(entry)
+    local by = mode and now + claimed + rw_grace(lease)
+    if mode and owner ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by then
+      if mode == 'w' then
+        lock_publish(publish, mutex_grant_channel(grants, owner), string.format('@%s ~%d', owner, claimed))
+      elseif not readers_told then
+        lock_publish(publish, readch, string.format('@%s ~%d', RW_READ_TAG, claimed))
+        readers_told = true
+      end
+      redis.call('ZADD', KEYS[5], 'XX', by, entry)
     end
-    redis.call('ZADD', KEYS[5], 'XX', by, head)
   end
 end
 

@@ -61,6 +61,10 @@ local SEM_SHRINK_MS = 60000
 -- Bounds the waiters one script serves or drops, so that no script runs long.
 local SEM_HANDOFF_MAX = 100
 
+-- How many waiters at the head, left waiting behind a claimed grant, are told
+-- when the claim lapses (see sem_handoff).
+local SEM_CHASE = 2
+
 -- The server time in milliseconds, read once per script call.
 local sem_clock
 local function now_ms()
@@ -193,9 +197,9 @@ local function sem_purge(now)
   end
 end
 
--- Returns the entry at the head of the queue, after forgetting lapsed waiters,
--- and the entry queued behind it (the head once this one leaves), or nil when
--- no one waits. Costs one command when no one waits.
+-- Returns the entries at the head of the queue, after forgetting lapsed
+-- waiters: the head and up to SEM_CHASE behind it (the head once it leaves,
+-- and so on), or nil when no one waits. Costs one command when no one waits.
 local function sem_head(now)
   local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   if not first[1] then
@@ -204,8 +208,8 @@ local function sem_head(now)
   if tonumber(first[2]) <= now then
     sem_purge(now)
   end
-  local two = redis.call('ZRANGE', KEYS[4], 0, 1)
-  return two[1], two[2]
+  local entries = redis.call('ZRANGE', KEYS[4], 0, SEM_CHASE)
+  return table.remove(entries, 1), entries
 end
 
 -- Splits an entry into id, permits, the time a grant runs for (the shorter of
@@ -233,7 +237,9 @@ end
 -- the first such claim lapses instead of when a lease it last saw would have;
 -- only when it planned to re-check later than that (it queued behind a long
 -- lease), so that a hand-off costs one message where waiters queue behind
--- claimed hand-offs (workers taking turns). self, when given, is the caller's
+-- claimed hand-offs (workers taking turns). The waiter behind it is told too
+-- (SEM_CHASE), so that two hung waiters in a row cost two claim windows (see
+-- mutex_handoff). self, when given, is the caller's
 -- own entry: when it reaches the head nothing is done for it. inspect looks at
 -- the head even when no permit is free (after the limit changed).
 --
@@ -242,17 +248,19 @@ end
 -- permit is free and the queue was not looked at).
 local function sem_handoff(now, publish, prefix, self, inspect)
   local claimed -- the shortest claim granted by this call, if any
-  local after -- the entry behind the last head looked up: the head once it left
-  -- Tells left, the head left waiting, when the first claim lapses, if it
-  -- planned to re-check later, and moves its deadline to match.
+  local behind = {} -- the entries behind the last head looked up, in order
+  -- Tells the first SEM_CHASE of left, the waiters left at the head, when the
+  -- first claim lapses, those that planned to re-check later, and moves their
+  -- deadlines to match.
   local function notice(left)
-    if claimed and left and left ~= self then
-      local id, _, _, _, _, client = sem_parse(left)
-      local by = now + claimed + sem_grace(left)
+    for i = 1, claimed and math.min(#left, SEM_CHASE) or 0 do
+      local entry = left[i]
+      local id, _, _, _, _, client = sem_parse(entry)
+      local by = now + claimed + sem_grace(entry)
       -- (A lapsed or unknown entry has no deadline beyond by: nobody to tell.)
-      if id and tonumber(redis.call('ZSCORE', KEYS[5], left) or by) > by then
+      if id and entry ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by then
         lock_publish(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
-        redis.call('ZADD', KEYS[5], 'XX', by, left)
+        redis.call('ZADD', KEYS[5], 'XX', by, entry)
       end
     end
     return false
@@ -261,10 +269,10 @@ local function sem_handoff(now, publish, prefix, self, inspect)
     local avail = sem_available()
     if avail and avail <= 0 and not inspect then
       -- Every pass through the loop took the head out of the queue.
-      return notice(after)
+      return notice(behind)
     end
     local head
-    head, after = sem_head(now)
+    head, behind = sem_head(now)
     if not head then
       return nil
     end
@@ -280,7 +288,7 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       sem_dequeue(head)
       lock_publish(publish, prefix .. client, '@' .. id)
     elseif n > avail then
-      return notice(head)
+      return notice({head, unpack(behind)})
     else
       sem_dequeue(head)
       -- %d: a number concatenated as is may print as 1e+12.
