@@ -73,10 +73,8 @@ func (c *sharedCounters) slot(lock int) *int64 {
 
 // increment is a deliberately non-atomic counter++ (a load, then a store):
 // two holders at once can lose an update. (Overlaps are also caught, more
-// surely, by comparing the holders' timestamps.)
-// increment adds one to the lock's counter and returns the new value: the
-// ordinal of this acquisition of the lock (a read and a separate store, so
-// that two holders at once lose an update, which the bench counts).
+// surely, by comparing the holders' timestamps.) It returns the new value,
+// the ordinal of this acquisition of the lock (see holdFor).
 func (c *sharedCounters) increment(lock int) int64 {
 	p := c.slot(lock)
 	n := atomic.LoadInt64(p) + 1
