@@ -461,7 +461,7 @@ func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold, watch bool)
 	l := &holdLink{c: m.c, name: m.name, h: h, outer: outer}
 	if watch {
 		core.WatchDrop(m.c, l, &core.Dropped{What: "mutex", Name: m.name, Owner: h.Owner,
-			Release: func() (bool, error) { return m.releaseDropped(h) }})
+			Release: func() (bool, error) { return m.releaseDropped(h) }, Hold: h})
 	}
 	return context.WithValue(lockCtx, holdsKey{}, l)
 }

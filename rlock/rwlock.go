@@ -292,7 +292,7 @@ func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
 	l := &holdLink{c: rw.c, name: name, h: h, outer: outer}
 	core.WatchDrop(rw.c, l, &core.Dropped{What: "rwmutex " + lockWord(write) + " lock", Name: rw.name, Owner: h.Owner,
-		Release: func() (bool, error) { return rw.releaseDropped(h, write) }})
+		Release: func() (bool, error) { return rw.releaseDropped(h, write) }, Hold: h})
 	return context.WithValue(lockCtx, holdsKey{}, l), nil
 }
 

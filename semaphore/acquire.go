@@ -437,7 +437,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 func (s *Semaphore) withPermit(permitCtx context.Context, h *core.Hold, n int64) context.Context {
 	p := &permit{hold: h, n: n}
 	core.WatchDrop(s.c, p, &core.Dropped{What: "semaphore", Name: s.name, Owner: h.Owner,
-		Release: func() (bool, error) { return s.releaseDropped(h, n) }})
+		Release: func() (bool, error) { return s.releaseDropped(h, n) }, Hold: h})
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, p)
 }
 

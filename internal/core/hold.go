@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -84,6 +85,10 @@ type Hold struct {
 	claimDue  time.Time     // when to send the early renewal that ends the claim
 	ended     bool
 	cause     error
+	// dropWatches are the drop watches of the hold's lock contexts (see
+	// WatchDrop; a re-entry adds one), stopped when the hold ends: an ended
+	// hold has nothing to give back.
+	dropWatches []runtime.Cleanup
 }
 
 // Ticket dates one command that sets a hold's lease: when it was first sent,
@@ -272,7 +277,12 @@ func (h *Hold) End(cause error) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
+	watches := h.dropWatches
+	h.dropWatches = nil
 	h.mu.Unlock()
+	for _, w := range watches {
+		w.Stop()
+	}
 	h.c.unregister(h)
 	h.cancel(cause)
 }

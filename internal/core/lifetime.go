@@ -26,6 +26,10 @@ type Dropped struct {
 	// unlock timeout). It reports whether it released a hold that was still
 	// live; false with a nil error when the hold had ended meanwhile.
 	Release func() (released bool, err error)
+	// Hold is the hold, when it is one Hold: its end stops the watch, so
+	// that the lock contexts of holds that were released (nearly all of
+	// them) cost the runtime nothing when they are collected.
+	Hold *Hold
 }
 
 // WatchDrop arranges for d.Release to run, in the background (see Go), once
@@ -41,12 +45,28 @@ type Dropped struct {
 // context.WithCancel child never cancelled, an AfterFunc never stopped) keeps
 // it reachable, as it should: the hold can still be released through it.
 func WatchDrop[T any](c *Client, link *T, d *Dropped) {
-	runtime.AddCleanup(link, c.dropped, d)
+	watch := runtime.AddCleanup(link, c.dropped, d)
+	if h := d.Hold; h != nil {
+		h.mu.Lock()
+		ended := h.ended
+		if !ended {
+			h.dropWatches = append(h.dropWatches, watch)
+		}
+		h.mu.Unlock()
+		if ended {
+			watch.Stop()
+		}
+	}
 }
 
 // dropped releases a hold whose lock context became unreachable. It runs on
 // the runtime's cleanup goroutine, so the release goes to the background.
 func (c *Client) dropped(d *Dropped) {
+	if d.Hold != nil {
+		if ended, _ := d.Hold.State(); ended {
+			return // stopped too late: nothing to give back
+		}
+	}
 	c.Go(func() { // false once Close ended every hold: nothing to do
 		released, err := d.Release()
 		switch {
