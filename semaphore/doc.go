@@ -85,12 +85,12 @@
 // 2s at least, after the re-check it planned) or, when permits reach it
 // first, holds them for its claim window only: the two waiters left at the
 // head behind such a grant re-check when the window lapses (so two hung
-// waiters in a row hold the queue up for two windows), and the hung waiter's permit
-// context ends with ErrLeaseLost when it runs again. That head planned to
-// re-check by then when it queued behind permits granted for a claim window
-// (as workers taking turns do); only one that queued behind a longer lease is
-// told so, by one more message, so that a hand-off between such workers costs
-// one message.
+// waiters in a row hold the queue up for two windows), and the hung waiter's
+// permit context ends with ErrLeaseLost when it runs again. Those waiters
+// planned to re-check by then when they queued behind permits granted for a
+// claim window (as workers taking turns do); only one that queued behind a
+// longer lease is told so, by one more message each, so that a hand-off
+// between such workers costs one message.
 //
 // A blocking Acquire whose Client waits on the semaphore already, or did
 // within the pub/sub linger (WithPubSub, 250ms by default: the semaphore is
