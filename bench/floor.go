@@ -37,13 +37,17 @@ const (
 
 // PubSubFloor is one round's probe, in milliseconds.
 type PubSubFloor struct {
-	Round int     `json:"round"`
-	Turn  bool    `json:"turn_idle,omitempty"` // measured after turnFloorIdle* rather than floorIdle*
-	Sent  int     `json:"sent"`
-	Lost  int     `json:"lost"`
-	P50   float64 `json:"p50_ms"`
-	P99   float64 `json:"p99_ms"`
-	Max   float64 `json:"max_ms"`
+	Round int  `json:"round"`
+	Turn  bool `json:"turn_idle,omitempty"` // measured after turnFloorIdle* rather than floorIdle*
+	// Script: published by a one-line Lua script (EVALSHA of
+	// publishScript) rather than by PUBLISH: the floor under any hand-off
+	// that a script makes.
+	Script bool    `json:"script,omitempty"`
+	Sent   int     `json:"sent"`
+	Lost   int     `json:"lost"`
+	P50    float64 `json:"p50_ms"`
+	P99    float64 `json:"p99_ms"`
+	Max    float64 `json:"max_ms"`
 	// The PUBLISH calls' own round trips (call to reply, in the publisher),
 	// for comparison with the delivery.
 	PublishP50 float64 `json:"publish_rtt_p50_ms"`
@@ -113,9 +117,14 @@ func (s *subscriber) close() {
 	s.rc.Close()
 }
 
-// pubsubFloor runs the probe once: n messages from this process to a worker.
-func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool) (PubSubFloor, error) {
-	out := PubSubFloor{Round: round, Sent: n, Turn: turn}
+// publishScript publishes ARGV[1] on KEYS[1]: the least a script that hands
+// a lock on by pub/sub does.
+var publishScript = rueidis.NewLuaScript("return redis.call('PUBLISH', KEYS[1], ARGV[1])")
+
+// pubsubFloor runs the probe once: n messages from this process to a worker,
+// by PUBLISH or, with script, by publishScript.
+func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn, script bool) (PubSubFloor, error) {
+	out := PubSubFloor{Round: round, Sent: n, Turn: turn, Script: script}
 	idleMin, idleMax := floorIdleMin, floorIdleMax
 	if turn {
 		idleMin, idleMax = turnFloorIdleMin, turnFloorIdleMax
@@ -145,6 +154,18 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool) (PubSu
 	if err := pub.Do(ctx, pub.B().Ping().Build()).Error(); err != nil { // connected before the first message
 		return fail(err)
 	}
+	publish := func(msg string) error {
+		return pub.Do(ctx, pub.B().Publish().Channel(channel).Message(msg).Build()).Error()
+	}
+	if script {
+		// Loaded (EVALSHA, then EVAL once) on a channel no one hears.
+		if err := publishScript.Exec(ctx, pub, []string{channel + ":load"}, []string{"0"}).Error(); err != nil {
+			return fail(fmt.Errorf("script: %w", err))
+		}
+		publish = func(msg string) error {
+			return publishScript.Exec(ctx, pub, []string{channel}, []string{msg}).Error()
+		}
+	}
 	if err := w.send(toWorker{Cmd: "go"}); err != nil {
 		return fail(err)
 	}
@@ -153,7 +174,7 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool) (PubSu
 	for i := range n {
 		time.Sleep(idleMin + rand.N(idleMax-idleMin))
 		sent[i] = mono()
-		if err := pub.Do(ctx, pub.B().Publish().Channel(channel).Message(strconv.Itoa(i)).Build()).Error(); err != nil {
+		if err := publish(strconv.Itoa(i)); err != nil {
 			return fail(fmt.Errorf("PUBLISH: %w", err))
 		}
 		rtts[i] = mono() - sent[i]

@@ -312,7 +312,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		if clusterOnly {
 			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; load average %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99), loadAvg())
 		} else {
-			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false)
+			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false, false)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, false, ctx.Err()
@@ -321,13 +321,15 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			} else {
 				rep.PubSub = append(rep.PubSub, fl)
 			}
-			if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true); err != nil {
-				if ctx.Err() != nil {
-					return nil, false, ctx.Err()
+			for _, script := range []bool{false, true} {
+				if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true, script); err != nil {
+					if ctx.Err() != nil {
+						return nil, false, ctx.Err()
+					}
+					fmt.Fprintf(os.Stderr, "bench: turn floor (script %v): %v\n", script, err)
+				} else {
+					rep.PubSub = append(rep.PubSub, tf)
 				}
-				fmt.Fprintf(os.Stderr, "bench: turn floor: %v\n", err)
-			} else {
-				rep.PubSub = append(rep.PubSub, tf)
 			}
 			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; pub/sub floor p50 %s, p99 %s (%d messages, %d lost; PUBLISH round trip p50 %s, p99 %s)\n",
 				round, cfg.rounds, fmtMs(p50), fmtMs(p99), fmtMs(fl.P50), fmtMs(fl.P99), fl.Sent, fl.Lost, fmtMs(fl.PublishP50), fmtMs(fl.PublishP99))

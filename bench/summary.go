@@ -207,10 +207,18 @@ func (r *Report) printIssueSummary(w io.Writer) {
 				fmtMs(bestPeer.XHandoffP50), ratio(bestPeer.XHandoffP50, f50), fmtMs(bestPeer.XHandoffP99), ratio(bestPeer.XHandoffP99, f99)))
 		}
 		fmt.Fprintf(w, " %s; goal rlock <= %.1fx / %.0fx\n", strings.Join(parts, "; "), goalHandoffP50, goalHandoffP99)
-		if t50, t99 := r.turnFloor(); t50 > 0 {
+		for _, script := range []bool{false, true} {
+			t50, t99 := r.turnFloor(script)
+			if t50 <= 0 {
+				continue
+			}
+			what := "the floor after a turn's idle"
+			if script {
+				what = "the script floor after a turn's idle"
+			}
 			for i := range p.Summary {
 				if s := &p.Summary[i]; isOwn(s.Contender) && s.XHandoffN > 0 {
-					fmt.Fprintf(w, "  against the floor after a turn's idle (p50 %s / p99 %s): %s %.2fx / %.2fx\n", fmtMs(t50), fmtMs(t99),
+					fmt.Fprintf(w, "  against %s (p50 %s / p99 %s): %s %.2fx / %.2fx\n", what, fmtMs(t50), fmtMs(t99),
 						r.name(s.Contender), ratio(s.XHandoffP50, t50), ratio(s.XHandoffP99, t99))
 				}
 			}
