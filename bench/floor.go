@@ -175,7 +175,11 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn, script bool
 		time.Sleep(idleMin + rand.N(idleMax-idleMin))
 		sent[i] = mono()
 		if err := publish(strconv.Itoa(i)); err != nil {
-			return fail(fmt.Errorf("PUBLISH: %w", err))
+			what := "PUBLISH"
+			if script {
+				what = "script PUBLISH"
+			}
+			return fail(fmt.Errorf("%s: %w", what, err))
 		}
 		rtts[i] = mono() - sent[i]
 	}
