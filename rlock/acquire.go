@@ -24,6 +24,10 @@ import (
 //	            a place the Client's last release reserved (see
 //	            cohorts.reserve), taken at once -> queued (presumed)
 //	            made the leader without one -> queued
+//	            wait over -> failed
+//	          (leaving for a pass, a place queued for it, or failure, it
+//	          gives up the owner id of its attempt, which a lost reply may
+//	          have left holding the lock: see giveUpOwner)
 //	queued    subscribed to the lock's channel, queued in Redis under one
 //	          owner id for the whole call, re-checking on wake-ups and at the
 //	          holder's lease end
@@ -92,6 +96,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		select {
 		case <-lw.ready:
 		case <-waitCtx.Done():
+			a.giveUpOwner() // its first attempt may have queued it, or more
 			return true, nil, a.failure(core.CtxError(waitCtx))
 		}
 		if a.pass = m.t.take(lw, nil); a.pass != nil {
@@ -99,7 +104,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return true, lockCtx, err
 		}
 		if p := m.t.takePromotion(lw); p != nil {
-			// The release that ended our Client's turn queued us in Redis.
+			// The release that ended our Client's turn queued us in Redis,
+			// under an owner id of its own.
+			a.giveUpOwner()
 			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.owner, p.secret, true, p.queuedAt, p.fence
 			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
 			if err := m.c.WaitWith(waitCtx, p.w, a.try); err != nil {
@@ -334,6 +341,19 @@ func (a *acquisition) handedOff(data string) bool {
 	return true
 }
 
+// giveUpOwner abandons the owner id of the call's attempts so far, when one
+// of them may have left it in Redis: queued, or, its reply lost, even holding
+// the lock (acquire.lua may still run late: the tombstone refuses it). The
+// call is about to take the lock under another owner id (a local pass, a
+// place its Client's release queued) or to fail; leaving the id behind would
+// leave the lock held or blocked by it for a whole lease.
+func (a *acquisition) giveUpOwner() {
+	if a.queued || a.uncertain {
+		abandon(a.m.c, a.m.keys, a.owner, a.secret, a.lease, a.uncertain)
+		a.queued, a.uncertain = false, false
+	}
+}
+
 // claim is how long a hand-off to this owner grants the lock for.
 func (a *acquisition) claim() time.Duration { return min(a.lease, a.m.c.Cfg.ClaimWindow) }
 
@@ -400,10 +420,7 @@ func (a *acquisition) failure(err error) error {
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	m := a.m
 	if p := a.pass; p != nil {
-		if a.queued {
-			// Our place in the Redis queue is of no use now.
-			abandon(m.c, m.keys, a.owner, a.secret, a.lease, a.uncertain)
-		}
+		a.giveUpOwner() // our place in the Redis queue is of no use now
 		if err := ctx.Err(); err != nil {
 			m.handOn(p)
 			return nil, m.wrap("lock", err)

@@ -831,3 +831,72 @@ func (f *ftFlakyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 	}
 	return r
 }
+
+// A Lock whose first attempt took the lock in Redis but lost its reply, and
+// which then waited behind a leader of its own Client and gave up, leaves
+// nothing behind: the owner id that attempt may have left holding the lock is
+// abandoned, and the leader gets the lock at once, not a lease later. (Seen
+// in the churn of TestHandoffCancelledWaitersNeverStall on a loaded machine.)
+func TestLostFirstAttemptGivenUpBehindLeader(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "lostfirst"
+	stall := &ftStallClient{Client: redistest.Client(t, e.srv), ran: make(chan struct{}), resume: make(chan struct{})}
+	m := e.clientOn(stall).Mutex(name)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(e.ctx, rlock.WithWaitTimeout(200*time.Millisecond))
+		first <- err
+	}()
+	select {
+	case <-stall.ran: // its acquire.lua took the lock; the reply is held back
+	case <-e.ctx.Done():
+		t.Fatal("the first attempt never ran")
+	}
+	if !e.exists(e.lockKey(name)) {
+		t.Fatal("the first attempt ran but the lock is free")
+	}
+	second := make(chan error, 1)
+	go func() {
+		lc, err := m.Lock(e.ctx, rlock.WithWaitTimeout(10*time.Second))
+		if err == nil {
+			err = m.Unlock(lc)
+		}
+		second <- err
+	}()
+	// The second Lock finds the lock taken and waits in Redis for its Client.
+	e.eventually(ftPatience, "the second Lock queued", func() bool { return len(e.sortedSetMembers()) > 0 })
+	close(stall.resume) // the first attempt's reply is lost
+
+	if err := <-first; !errors.Is(err, rlock.ErrLocked) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Lock: %v, want its wait timeout", err)
+	}
+	start := time.Now()
+	if err := <-second; err != nil {
+		t.Fatalf("second Lock, behind an owner id the first gave up: %v (after %v; the lease is 30s)", err, time.Since(start))
+	}
+	e.eventually(ftPatience, "lock key gone", func() bool { return !e.exists(e.lockKey(name)) })
+}
+
+// ftStallClient runs every command; the reply of the first acquire.lua that
+// runs (recognised by its tombstone key) is held until resume is closed and
+// then replaced with a connection error, as if it had been lost on the way
+// back. ran is closed once that script has run.
+type ftStallClient struct {
+	rueidis.Client
+	stalled atomic.Bool
+	ran     chan struct{}
+	resume  chan struct{}
+}
+
+func (f *ftStallClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	acquire := len(args) > 5 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(args[5], ":gone:")
+	r := f.Client.Do(ctx, cmd)
+	if acquire && r.Error() == nil && f.stalled.CompareAndSwap(false, true) {
+		close(f.ran)
+		<-f.resume
+		return rueidis.NewErrorResult(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+	}
+	return r
+}
