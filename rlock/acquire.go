@@ -438,7 +438,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.StartFrom(p.until, p.epoch)
 		h.AwaitExtension(p.claim)
 		m.t.adopt(m.name, h)
-		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+		h.OnEnd(func() { m.t.dissolve(m.name, h) })
 		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 	}
 	lockCtx, cancel := core.LockContext(ctx)
@@ -464,7 +464,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		// may be passed the lock.
 		m.t.form(m.name, h, a.reply.last, a.lw, a.watch, a.reply.left > 0)
 		a.watch = nil
-		context.AfterFunc(lockCtx, func() { m.t.dissolve(m.name, h) })
+		h.OnEnd(func() { m.t.dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }

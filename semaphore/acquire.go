@@ -426,7 +426,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	}
 	if a.lw != nil {
 		s.turns.form(s.name, h, a.lw, a.contended)
-		context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
+		h.OnEnd(func() { s.turns.dissolve(s.name, h) })
 	}
 	return s.withPermit(permitCtx, h, a.got), nil
 }

@@ -412,7 +412,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 	h.StartFrom(p.until, p.epoch)
 	h.AwaitExtension(p.claim)
 	s.turns.adopt(s.name, h)
-	context.AfterFunc(permitCtx, func() { s.turns.dissolve(s.name, h) })
+	h.OnEnd(func() { s.turns.dissolve(s.name, h) })
 	return s.withPermit(permitCtx, h, 1), nil
 }
 

@@ -89,6 +89,8 @@ type Hold struct {
 	// WatchDrop; a re-entry adds one), stopped when the hold ends: an ended
 	// hold has nothing to give back.
 	dropWatches []runtime.Cleanup
+	// onEnd runs when the hold ends (see OnEnd).
+	onEnd func()
 }
 
 // Ticket dates one command that sets a hold's lease: when it was first sent,
@@ -279,12 +281,39 @@ func (h *Hold) End(cause error) {
 	}
 	watches := h.dropWatches
 	h.dropWatches = nil
+	onEnd := h.onEnd
+	h.onEnd = nil
 	h.mu.Unlock()
 	for _, w := range watches {
 		w.Stop()
 	}
 	h.c.unregister(h)
 	h.cancel(cause)
+	if onEnd != nil {
+		onEnd()
+	}
+}
+
+// OnEnd arranges for f to run once the hold ends, in the goroutine that ends
+// it, after its context is cancelled; at once when it has ended already. It
+// costs neither a goroutine nor a context registration, as
+// context.AfterFunc on the hold's context would, for what nearly every hold
+// does when it ends. f must not block, nor take a lock that a caller of End
+// may hold: End is called from Unlock, the watchdog, the lease timer and
+// Close.
+func (h *Hold) OnEnd(f func()) {
+	h.mu.Lock()
+	if !h.ended {
+		if prev := h.onEnd; prev != nil {
+			h.onEnd = func() { prev(); f() }
+		} else {
+			h.onEnd = f
+		}
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	f()
 }
 
 // State returns whether the hold ended and why.
