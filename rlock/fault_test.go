@@ -841,6 +841,11 @@ func TestLostFirstAttemptGivenUpBehindLeader(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "lostfirst"
 	stall := &ftStallClient{Client: redistest.Client(t, e.srv), ran: make(chan struct{}), resume: make(chan struct{})}
+	var resumeOnce sync.Once
+	resume := func() { resumeOnce.Do(func() { close(stall.resume) }) }
+	// A test that fails before the reply is let go must not leave the first
+	// Lock stuck in Do (the Client's Close would wait for it).
+	t.Cleanup(resume)
 	m := e.clientOn(stall).Mutex(name)
 
 	first := make(chan error, 1)
@@ -866,7 +871,7 @@ func TestLostFirstAttemptGivenUpBehindLeader(t *testing.T) {
 	}()
 	// The second Lock finds the lock taken and waits in Redis for its Client.
 	e.eventually(ftPatience, "the second Lock queued", func() bool { return len(e.sortedSetMembers()) > 0 })
-	close(stall.resume) // the first attempt's reply is lost
+	resume() // the first attempt's reply is lost
 
 	if err := <-first; !errors.Is(err, rlock.ErrLocked) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first Lock: %v, want its wait timeout", err)
