@@ -73,6 +73,9 @@ type relockStat struct {
 	// quick: the Client's last Lock came within the linger of its last
 	// release in Redis (see reserve).
 	quick bool
+	// gap estimates how soon the Client's next Lock comes after its last
+	// Unlock (see core.NoteRelockGap): a park lingers a few times that.
+	gap time.Duration
 }
 
 // maxRelockStats bounds cohorts.relock: past it the map is cleared (it is only
@@ -110,6 +113,7 @@ type cohort struct {
 	parked    *cohortPass
 	parkTimer *time.Timer
 	parkedBy  *Mutex
+	parkedAt  time.Time
 	// unparked counts the Lock calls of this turn that took a parked lock:
 	// the Client's goroutines lock again right after Unlock (see reserve).
 	unparked int
@@ -378,7 +382,9 @@ func (co *cohort) newPass(h *core.Hold) *cohortPass {
 }
 
 // park keeps the lock held by h, at its last Unlock, for the next Lock of a
-// goroutine of this Client for up to the linger (turns): a worker that locks
+// goroutine of this Client for up to the linger (turns; as long as the
+// Client's recent relock gaps call for, at most WithLinger's: see
+// core.TurnLinger): a worker that locks
 // again right away takes it without a round trip, so the cross-process
 // hand-off is paid once per turn instead of once per hold. It parks only
 // where waiting costs others little and may pay: other Clients wait in Redis
@@ -399,7 +405,8 @@ func (t *cohorts) park(m *Mutex, h *core.Hold) bool {
 	if co == nil || co.hold != h || !co.contended || len(co.waiters) > 0 || co.parked != nil || !co.canPass(now) {
 		return false
 	}
-	if st := t.relock[m.name]; st != nil && st.missed {
+	st := t.relock[m.name]
+	if st != nil && st.missed {
 		st.released = now
 		return false
 	}
@@ -407,8 +414,12 @@ func (t *cohorts) park(m *Mutex, h *core.Hold) bool {
 	if p == nil {
 		return false
 	}
-	co.parked, co.parkedBy = p, m
-	co.parkTimer = time.AfterFunc(t.linger, func() { t.expire(m, p) })
+	var gap time.Duration
+	if st != nil {
+		gap = st.gap
+	}
+	co.parked, co.parkedBy, co.parkedAt = p, m, now
+	co.parkTimer = time.AfterFunc(core.TurnLinger(t.linger, gap), func() { t.expire(m, p) })
 	return true
 }
 
@@ -421,9 +432,11 @@ func (t *cohorts) unpark(m *Mutex) *cohortPass {
 	co := t.m[m.name]
 	if co == nil || co.parked == nil || !co.parkTimer.Stop() {
 		if st := t.relock[m.name]; st != nil {
-			st.quick = time.Since(st.released) < t.linger
-			if st.missed && st.quick {
-				st.missed = false // a linger would have paid: try again
+			since := time.Since(st.released)
+			if st.quick = since < t.linger; st.quick {
+				// A linger as long as this gap would have paid: learn it,
+				// and linger again if the last one ran out.
+				st.missed, st.gap = false, core.NoteRelockGap(st.gap, since)
 			}
 		}
 		return nil
@@ -431,7 +444,8 @@ func (t *cohorts) unpark(m *Mutex) *cohortPass {
 	p := co.parked
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
 	co.unparked++
-	delete(t.relock, m.name)
+	st := t.stat(m.name)
+	*st = relockStat{gap: core.NoteRelockGap(st.gap, time.Since(co.parkedAt))}
 	if !co.quiet() {
 		t.releaseParked(m, co, p)
 		return nil
@@ -447,6 +461,11 @@ func (t *cohorts) noteReleased(name string) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.stat(name).released = time.Now()
+}
+
+// stat is the relockStat of a lock, made if missing. Called with t.mu held.
+func (t *cohorts) stat(name string) *relockStat {
 	st := t.relock[name]
 	if st == nil {
 		if len(t.relock) >= maxRelockStats {
@@ -455,7 +474,7 @@ func (t *cohorts) noteReleased(name string) {
 		st = &relockStat{}
 		t.relock[name] = st
 	}
-	st.released = time.Now()
+	return st
 }
 
 // expire releases a parked lock whose linger ran out unused.
@@ -467,10 +486,10 @@ func (t *cohorts) expire(m *Mutex, p *cohortPass) {
 		return
 	}
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
-	if len(t.relock) >= maxRelockStats {
-		clear(t.relock)
-	}
-	t.relock[m.name] = &relockStat{missed: true}
+	// The Unlock that parked it is the release a Lock may still come
+	// quickly after (see unpark).
+	st := t.stat(m.name)
+	*st = relockStat{missed: true, released: co.parkedAt, gap: st.gap}
 	t.releaseParked(m, co, p)
 }
 

@@ -269,7 +269,11 @@
 // 1ms by default) while the turn's budget lasts: a Lock of the Client within
 // that time takes it with no round trip, as a local waiter would. Otherwise
 // the lock is then released in Redis to the next Client, and the Client stops
-// lingering on that lock until its Lock calls come that soon again. Unlock
+// lingering on that lock until its Lock calls come that soon again. Once the
+// Client has seen how soon its Lock calls come back, a linger lasts 8 times
+// the longest recent gap, at least a quarter of WithLinger's (see
+// WithLinger), so a worker that stops costs the others little more than its
+// own pace. Unlock
 // returns at once either way; a release made after the linger that fails
 // leaves the lock to expire with its lease, and Close releases a kept lock at
 // once. Processes still take turns in arrival order; what a turn costs the

@@ -167,6 +167,14 @@ func (c *config) core() core.Config {
 // unused releases the lock then, and the Client stops lingering on that lock
 // until a Lock comes within the linger of a release again.
 //
+// d is the longest linger. Once the Client has seen how soon its Lock calls
+// come back after Unlock on a lock, it lingers 8 times the longest recent gap
+// (a maximum that decays over a dozen relocks), at least d/4 and at most d:
+// a worker that relocks within 10µs and then stops costs the next Client
+// d/4, not d. Go's timers bound this from below: in a process with nothing
+// else to do, a timer shorter than 1ms fires after about 1.1ms on Linux, so
+// with the default d the linger that runs out is in practice about 1.1ms.
+//
 // Waiters of other Clients may thus wait up to one linger more per turn.
 // The Client's one-permit semaphores (semaphore.NewLock) keep their permit
 // the same way. Default DefaultLinger (1ms); 0 never keeps a released lock;

@@ -151,6 +151,35 @@ func TestLingerRunsOutToTheNextClient(t *testing.T) {
 	}
 }
 
+// A worker that stops locking costs the waiting Client a linger fitted to how
+// soon its Locks came back after Unlock (core.TurnLinger), not the whole one
+// WithLinger allows.
+func TestLingerFollowsTheRelockGap(t *testing.T) {
+	e, l := newTurnsEnv(t, "linger-gap", rlock.WithLinger(rlock.MaxLinger))
+	m := e.a.Mutex(e.name)
+	for range 3 {
+		mustUnlockFT(t, m, l)
+		if !rlock.Parked(e.a, e.name) {
+			t.Fatal("the contended lock was not kept for the worker's next Lock")
+		}
+		l = ftLock(t, e.ctx, m)
+	}
+	start := time.Now()
+	mustUnlockFT(t, m, l)
+	if !rlock.Parked(e.a, e.name) {
+		t.Fatal("the contended lock was not kept for the worker's next Lock")
+	}
+	<-e.bLocked
+	// A quarter of the linger at least, then the hand-off; the gaps of a
+	// loop that locks again at once are far below it.
+	waited := time.Since(start)
+	if waited > rlock.MaxLinger*9/10 {
+		t.Fatalf("b got the lock %v after the worker's last Unlock; want well within the %v linger", waited, rlock.MaxLinger)
+	}
+	t.Logf("b got the lock %v after the worker's last Unlock (linger up to %v)", waited, rlock.MaxLinger)
+	close(e.bUnlockNow)
+}
+
 // Close releases a lock kept for a turn at once: the waiting Client does not
 // wait for the linger, let alone the lease.
 func TestCloseReleasesAParkedLock(t *testing.T) {

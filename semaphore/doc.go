@@ -127,7 +127,8 @@
 // acquires again at once takes it with no round trip; when the linger runs
 // out unused, the permit is released in Redis, and the Client stops lingering
 // on that semaphore until an Acquire comes within the linger of a release
-// again. Close releases a lease kept so at once. The linger is the Client's
+// again. The linger follows how soon the Client's Acquire calls came back, as
+// the Mutex's does (see rlock.WithLinger). Close releases a lease kept so at once. The linger is the Client's
 // (core.Config.Linger, meant to follow rlock.WithLinger); while it is zero,
 // nothing is kept.
 //

@@ -65,3 +65,15 @@ func SetLinger(c *rlock.Client, d time.Duration) {
 	cc, _ := core.Of(c)
 	turnsOf(cc).linger = d
 }
+
+// Parked reports whether s's Client keeps its permit for its next Acquire
+// after the last release (see turns.park).
+func Parked(s *Semaphore) bool {
+	if s.turns == nil {
+		return false
+	}
+	s.turns.mu.Lock()
+	defer s.turns.mu.Unlock()
+	co := s.turns.m[s.name]
+	return co != nil && co.parked != nil
+}

@@ -51,11 +51,15 @@ type turns struct {
 	m      map[string]*cohort
 	linger time.Duration
 	missed map[string]time.Time // linger ran out unused; value: last release that did not park
+	// gaps estimates, by name, how soon the Client's next Acquire comes
+	// after its last release (see core.NoteRelockGap): a park lingers a
+	// few times that, at most linger.
+	gaps map[string]time.Duration
 }
 
 func turnsOf(c *core.Client) *turns {
 	return c.Local(turnsKey{}, func() any {
-		t := &turns{m: make(map[string]*cohort), linger: c.Cfg.Linger, missed: make(map[string]time.Time)}
+		t := &turns{m: make(map[string]*cohort), linger: c.Cfg.Linger, missed: make(map[string]time.Time), gaps: make(map[string]time.Duration)}
 		c.OnClose(t.flush)
 		return t
 	}).(*turns)
@@ -76,6 +80,7 @@ type cohort struct {
 	parked    *lease
 	parkTimer *time.Timer
 	parkedBy  *Semaphore
+	parkedAt  time.Time
 }
 
 type localWaiter struct {
@@ -280,10 +285,11 @@ func (t *turns) park(s *Semaphore, h *core.Hold) bool {
 	if p == nil {
 		return false
 	}
-	co.parked, co.parkedBy = p, s
+	co.parked, co.parkedBy, co.parkedAt = p, s, now
 	// Nothing renews a parked lease: it is released while half of it (or a
 	// third of its claim window) is still left, whatever the linger.
-	co.parkTimer = time.AfterFunc(min(t.linger, time.Until(p.until)-p.margin()), func() { t.expire(s, p) })
+	linger := core.TurnLinger(t.linger, t.gaps[s.name])
+	co.parkTimer = time.AfterFunc(min(linger, time.Until(p.until)-p.margin()), func() { t.expire(s, p) })
 	return true
 }
 
@@ -294,13 +300,17 @@ func (t *turns) unpark(s *Semaphore) *lease {
 	co := t.m[s.name]
 	if co == nil || co.parked == nil || !co.parkTimer.Stop() {
 		if at, missed := t.missed[s.name]; missed && time.Since(at) < t.linger {
-			delete(t.missed, s.name) // a linger would have paid: try again
+			// A linger as long as this gap would have paid: learn it, and
+			// try again.
+			delete(t.missed, s.name)
+			t.noteGap(s.name, time.Since(at))
 		}
 		return nil
 	}
 	p := co.parked
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
 	delete(t.missed, s.name)
+	t.noteGap(s.name, time.Since(co.parkedAt))
 	if confirmed := p.epoch == s.c.Epoch(); !confirmed || time.Until(p.until) < p.margin() {
 		t.releaseParked(s, co, p)
 		return nil
@@ -317,11 +327,26 @@ func (t *turns) expire(s *Semaphore, p *lease) {
 		return
 	}
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
-	if len(t.missed) >= 4096 {
+	if len(t.missed) >= maxTurnStats {
 		clear(t.missed)
 	}
-	t.missed[s.name] = time.Time{}
+	// The release that parked it is the one an Acquire may still come
+	// quickly after (see unpark).
+	t.missed[s.name] = co.parkedAt
 	t.releaseParked(s, co, p)
+}
+
+// maxTurnStats bounds turns.missed and turns.gaps: past it a map is cleared
+// (they are only hints).
+const maxTurnStats = 4096
+
+// noteGap folds a relock gap into the semaphore's estimate. Called with t.mu
+// held.
+func (t *turns) noteGap(name string, gap time.Duration) {
+	if _, known := t.gaps[name]; !known && len(t.gaps) >= maxTurnStats {
+		clear(t.gaps)
+	}
+	t.gaps[name] = core.NoteRelockGap(t.gaps[name], gap)
 }
 
 // flush releases every parked lease at once (the Client is closing).

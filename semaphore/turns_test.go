@@ -211,6 +211,55 @@ func TestTurnsParkAndCloseReleases(t *testing.T) {
 	mustRelease(t, b.Semaphore(), got.ctx)
 }
 
+// TestTurnsLingerFollowsTheRelockGap: a Client whose Locks came back at once
+// after Unlock and then stop costs the waiting Client a linger fitted to
+// those gaps (core.TurnLinger), not the whole one configured.
+func TestTurnsLingerFollowsTheRelockGap(t *testing.T) {
+	e := ownedEnv(t)
+	ca := e.client()
+	const linger = 100 * time.Millisecond
+	semaphore.SetLinger(ca, linger)
+	a := semaphore.NewLock(ca, "turns-gap")
+	b := semaphore.NewLock(e.client(), "turns-gap")
+	pb, err := b.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	chA := goAcquire(a.Semaphore(), e.ctx, 1)
+	e.waitQueued(a.Semaphore(), 1)
+	if err := b.Unlock(pb); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	pa := receive(t, chA, 5*time.Second, "a's Lock").ctx
+	chB := goAcquire(b.Semaphore(), e.ctx, 1)
+	e.waitQueued(b.Semaphore(), 1)
+	for range 3 {
+		if err := a.Unlock(pa); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		if !semaphore.Parked(a.Semaphore()) {
+			t.Fatal("the contended permit was not kept for a's next Lock")
+		}
+		if pa, err = a.Lock(e.ctx); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+	}
+	start := time.Now()
+	if err := a.Unlock(pa); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if !semaphore.Parked(a.Semaphore()) {
+		t.Fatal("the contended permit was not kept for a's next Lock")
+	}
+	got := receive(t, chB, 5*time.Second, "b's Lock after a stopped")
+	waited := time.Since(start)
+	if waited > linger*9/10 {
+		t.Fatalf("b got the permit %v after a's last Unlock; want well within the %v linger", waited, linger)
+	}
+	t.Logf("b got the permit %v after a's last Unlock (linger up to %v)", waited, linger)
+	mustRelease(t, b.Semaphore(), got.ctx)
+}
+
 // TestTurnsThroughput logs acquisitions per second of semaphore.NewLock and
 // rlock.Mutex side by side, 4 Clients contending with 4 goroutines or 1
 // each, relocking in a loop, with empty holds and 1ms ones; NewLock with the
