@@ -163,16 +163,15 @@ func TestTurnsLostLeaseStopsPasses(t *testing.T) {
 	mustRelease(t, s, got.ctx)
 }
 
-// TestTurnsParkAndCloseReleases checks the linger: a contended Client's last
-// Release keeps the permit for its next Acquire (no script), and Close
-// releases a parked permit at once, so the other Client's waiter gets it
-// long before the linger ends.
-func TestTurnsParkAndCloseReleases(t *testing.T) {
-	e := ownedEnv(t)
-	ca := e.client()
-	semaphore.SetLinger(ca, time.Minute)
-	a := semaphore.NewLock(ca, "turns-park")
-	b := semaphore.NewLock(e.client(), "turns-park")
+// contendedTurn has Client ca (with the given linger) hold a one-permit
+// semaphore name, taken from another Client while ca queued (so ca knows
+// others wait), and that other Client queued behind it: a's Lock, its permit,
+// and b's pending Lock.
+func contendedTurn(t *testing.T, e *env, ca *rlock.Client, name string, linger time.Duration) (a, b *semaphore.Lock, pa context.Context, chB <-chan acquired) {
+	t.Helper()
+	semaphore.SetLinger(ca, linger)
+	a = semaphore.NewLock(ca, name)
+	b = semaphore.NewLock(e.client(), name)
 	pb, err := b.Lock(e.ctx)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
@@ -182,14 +181,26 @@ func TestTurnsParkAndCloseReleases(t *testing.T) {
 	if err := b.Unlock(pb); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	pa := receive(t, chA, 5*time.Second, "a's Lock").ctx
-	chB := goAcquire(b.Semaphore(), e.ctx, 1)
+	pa = receive(t, chA, 5*time.Second, "a's Lock").ctx
+	chB = goAcquire(b.Semaphore(), e.ctx, 1)
 	e.waitQueued(b.Semaphore(), 1)
+	return a, b, pa, chB
+}
+
+// TestTurnsParkAndCloseReleases checks the linger: a contended Client's last
+// Release keeps the permit for its next Acquire (no script), and Close
+// releases a parked permit at once, so the other Client's waiter gets it
+// long before the linger ends.
+func TestTurnsParkAndCloseReleases(t *testing.T) {
+	e := ownedEnv(t)
+	ca := e.client()
+	a, b, pa, chB := contendedTurn(t, e, ca, "turns-park", time.Minute)
 	if err := a.Unlock(pa); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
 	stillBlocked(t, chB, 50*time.Millisecond, "b's Lock while a's permit is parked")
 	var again context.Context
+	var err error
 	c := e.measure(1, func() {
 		if again, err = a.Lock(e.ctx); err != nil {
 			t.Fatalf("Lock of the parked permit: %v", err)
@@ -216,23 +227,9 @@ func TestTurnsParkAndCloseReleases(t *testing.T) {
 // those gaps (core.TurnLinger), not the whole one configured.
 func TestTurnsLingerFollowsTheRelockGap(t *testing.T) {
 	e := ownedEnv(t)
-	ca := e.client()
 	const linger = 100 * time.Millisecond
-	semaphore.SetLinger(ca, linger)
-	a := semaphore.NewLock(ca, "turns-gap")
-	b := semaphore.NewLock(e.client(), "turns-gap")
-	pb, err := b.Lock(e.ctx)
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	chA := goAcquire(a.Semaphore(), e.ctx, 1)
-	e.waitQueued(a.Semaphore(), 1)
-	if err := b.Unlock(pb); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	pa := receive(t, chA, 5*time.Second, "a's Lock").ctx
-	chB := goAcquire(b.Semaphore(), e.ctx, 1)
-	e.waitQueued(b.Semaphore(), 1)
+	a, b, pa, chB := contendedTurn(t, e, e.client(), "turns-gap", linger)
+	var err error
 	for range 3 {
 		if err := a.Unlock(pa); err != nil {
 			t.Fatalf("Unlock: %v", err)
