@@ -433,9 +433,9 @@ func (t *cohorts) unpark(m *Mutex) *cohortPass {
 	if co == nil || co.parked == nil || !co.parkTimer.Stop() {
 		if st := t.relock[m.name]; st != nil {
 			since := time.Since(st.released)
-			if st.quick = since < t.linger; st.quick {
-				// A linger as long as this gap would have paid: learn it,
-				// and linger again if the last one ran out.
+			if st.quick = since < t.linger; st.quick && st.missed {
+				// A linger as long as this gap would have paid: learn it
+				// (once: the first Lock after the miss), and linger again.
 				st.missed, st.gap = false, core.NoteRelockGap(st.gap, since)
 			}
 		}
