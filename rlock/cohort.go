@@ -111,14 +111,14 @@ type cohort struct {
 	// parked is the lock kept, after its last Unlock, for the next Lock of
 	// this Client until parkTimer fires (see park); parkedBy is its Mutex.
 	parked    *cohortPass
-	parkTimer *time.Timer
+	parkTimer core.Timer
 	parkedBy  *Mutex
 	parkedAt  time.Time
 	// unparked counts the Lock calls of this turn that took a parked lock:
 	// the Client's goroutines lock again right after Unlock (see reserve).
 	unparked int
 	// reserveTimer gives up a reserved place no Lock took (see reserve).
-	reserveTimer *time.Timer
+	reserveTimer core.Timer
 }
 
 // localWaiter is one waiting Lock call, as the cohort sees it.
@@ -419,7 +419,7 @@ func (t *cohorts) park(m *Mutex, h *core.Hold) bool {
 		gap = st.gap
 	}
 	co.parked, co.parkedBy, co.parkedAt = p, m, now
-	co.parkTimer = time.AfterFunc(core.TurnLinger(t.linger, gap), func() { t.expire(m, p) })
+	co.parkTimer = core.AfterFunc(core.TurnLinger(t.linger, gap), func() { t.expire(m, p) })
 	return true
 }
 

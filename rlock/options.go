@@ -171,9 +171,10 @@ func (c *config) core() core.Config {
 // come back after Unlock on a lock, it lingers 8 times the longest recent gap
 // (a maximum that decays over a dozen relocks), at least d/4 and at most d:
 // a worker that relocks within 10µs and then stops costs the next Client
-// d/4, not d. Go's timers bound this from below: in a process with nothing
-// else to do, a timer shorter than 1ms fires after about 1.1ms on Linux, so
-// with the default d the linger that runs out is in practice about 1.1ms.
+// d/4, not d. Lingers under 2ms are timed by a kernel sleep rather than Go's
+// timers, which in a process with nothing else to do fire a timer shorter
+// than 1ms after about 1.1ms on Linux: a linger runs out within about 0.1ms
+// of its length (elsewhere than on Unix, Go's timers time it).
 //
 // Waiters of other Clients may thus wait up to one linger more per turn.
 // The Client's one-permit semaphores (semaphore.NewLock) keep their permit

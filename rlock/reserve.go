@@ -1,10 +1,6 @@
 package rlock
 
-import (
-	"time"
-
-	"github.com/relockio/relock/internal/core"
-)
+import "github.com/relockio/relock/internal/core"
 
 // Reserved places: the turn of a Client whose goroutines lock again right
 // after Unlock (a worker in a loop) ends with a release that hands the lock
@@ -60,7 +56,7 @@ func (t *cohorts) holdReservation(name string, co *cohort, l *localWaiter) {
 		lw.wake()
 		return
 	}
-	co.reserveTimer = time.AfterFunc(t.linger, func() { t.expireReservation(name, l) })
+	co.reserveTimer = core.AfterFunc(t.linger, func() { t.expireReservation(name, l) })
 }
 
 // takeReservation gives lw, a Lock call joining the cohort, the place

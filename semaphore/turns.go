@@ -78,7 +78,7 @@ type cohort struct {
 	waiters   []*localWaiter
 	leader    *localWaiter
 	parked    *lease
-	parkTimer *time.Timer
+	parkTimer core.Timer
 	parkedBy  *Semaphore
 	parkedAt  time.Time
 }
@@ -289,7 +289,7 @@ func (t *turns) park(s *Semaphore, h *core.Hold) bool {
 	// Nothing renews a parked lease: it is released while half of it (or a
 	// third of its claim window) is still left, whatever the linger.
 	linger := core.TurnLinger(t.linger, t.gaps[s.name])
-	co.parkTimer = time.AfterFunc(min(linger, time.Until(p.until)-p.margin()), func() { t.expire(s, p) })
+	co.parkTimer = core.AfterFunc(min(linger, time.Until(p.until)-p.margin()), func() { t.expire(s, p) })
 	return true
 }
 

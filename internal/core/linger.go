@@ -11,9 +11,8 @@ import "time"
 // recent gap, never above the configured linger (WithLinger), and never below
 // a quarter of it, so that a goroutine delayed a little (a GC pause, the
 // scheduler) still finds the lock kept. Until a gap is seen, the configured
-// linger applies. (Go's timers put a floor under it: in an otherwise idle
-// process, a timer under 1ms fires after about 1.1ms on Linux, as the
-// runtime's poller sleeps in whole milliseconds.)
+// linger applies. (Such short lingers are timed by AfterFunc's fine clock:
+// Go's timers would stretch them to about a millisecond.)
 const (
 	// lingerGapFactor is how many times the estimated gap a linger lasts.
 	lingerGapFactor = 8
