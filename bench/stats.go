@@ -99,6 +99,13 @@ type Result struct {
 	XHandoffP50 float64 `json:"handoff_between_clients_p50_ms"`
 	XHandoffP99 float64 `json:"handoff_between_clients_p99_ms"`
 	XHandoffN   int     `json:"handoff_between_clients_samples"`
+	// XHandoffEndN counts the hand-offs between clients that followed the
+	// previous holder's last acquisition of the run: its Unlock may keep
+	// the lock for a Lock that never comes (rlock's turns linger), so they
+	// take a linger longer than the rest. XHandoffMidP99 is the p99 of the
+	// others.
+	XHandoffEndN   int     `json:"handoff_between_clients_run_end_samples"`
+	XHandoffMidP99 float64 `json:"handoff_between_clients_p99_without_run_ends_ms"`
 	// HoldMean is the mean time a holder kept the lock (Lock returned to
 	// Unlock called): the critical section as it ran. Utilization is the
 	// share of the run's time the locks were held, summed over the
@@ -264,7 +271,11 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	slices.SortFunc(recs, func(a, b Record) int {
 		return cmp.Or(cmp.Compare(a[recLock], b[recLock]), cmp.Compare(a[recAcq], b[recAcq]))
 	})
-	var handoffs, xhandoffs []int64
+	lastAcq := map[int64]int64{} // goroutine -> its last acquisition
+	for _, rec := range recs {
+		lastAcq[rec[recG]] = max(lastAcq[rec[recG]], rec[recAcq])
+	}
+	var handoffs, xhandoffs, xmid []int64
 	for i := 1; i < len(recs); i++ {
 		prev, next := recs[i-1], recs[i]
 		if prev[recLock] != next[recLock] {
@@ -278,6 +289,11 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 			handoffs = append(handoffs, next[recAcq]-prev[recRel])
 			if pt.clientOf(next[recG]) != pt.clientOf(prev[recG]) {
 				xhandoffs = append(xhandoffs, next[recAcq]-prev[recRel])
+				if prev[recAcq] == lastAcq[prev[recG]] {
+					r.XHandoffEndN++
+				} else {
+					xmid = append(xmid, next[recAcq]-prev[recRel])
+				}
 			}
 		}
 	}
@@ -286,6 +302,8 @@ func aggregate(pt Point, slug string, ws []WorkerResult, d serverDelta, counters
 	r.XHandoffN = len(xhandoffs)
 	r.XHandoffP50 = ms(measure.Percentile(xhandoffs, 0.50))
 	r.XHandoffP99 = ms(measure.Percentile(xhandoffs, 0.99))
+	slices.Sort(xmid)
+	r.XHandoffMidP99 = ms(measure.Percentile(xmid, 0.99))
 	r.HandoffN = len(handoffs)
 	r.HandoffP50 = ms(measure.Percentile(handoffs, 0.50))
 	r.HandoffP99 = ms(measure.Percentile(handoffs, 0.99))
@@ -398,6 +416,8 @@ func median(rs []Result) Result {
 	m.XHandoffP50 = med(func(r Result) float64 { return r.XHandoffP50 })
 	m.XHandoffP99 = med(func(r Result) float64 { return r.XHandoffP99 })
 	m.XHandoffN = int(med(func(r Result) float64 { return float64(r.XHandoffN) }))
+	m.XHandoffEndN = int(med(func(r Result) float64 { return float64(r.XHandoffEndN) }))
+	m.XHandoffMidP99 = med(func(r Result) float64 { return r.XHandoffMidP99 })
 	m.MessagesCounted = true
 	for _, r := range rs {
 		m.MessagesCounted = m.MessagesCounted && r.MessagesCounted

@@ -121,7 +121,8 @@ func floorPoint(p PointReport) bool {
 }
 
 // printFloorComparison gives every contender's hand-offs between Clients as
-// multiples of the pub/sub floor.
+// multiples of the pub/sub floor, and how many followed a worker's last
+// acquisition of the run (XHandoffEndN) with the p99 of the others.
 func (r *Report) printFloorComparison(w io.Writer) {
 	_, _, f50, f99 := r.floors()
 	if f50 == 0 {
@@ -129,7 +130,7 @@ func (r *Report) printFloorComparison(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nHand-offs between Clients against the pub/sub floor (p50 %s, p99 %s); goal for rlock between processes after an idle hold (handoff-xproc): p50 <= %.1fx, p99 <= %.0fx:\n",
 		fmtMs(f50), fmtMs(f99), goalHandoffP50, goalHandoffP99)
-	rows := [][]string{{"point", "contender", "x-client p50", "x floor", "p99", "x floor", "samples", "between"}}
+	rows := [][]string{{"point", "contender", "x-client p50", "x floor", "p99", "x floor", "samples", "run ends", "p99 w/o ends", "between"}}
 	for _, p := range r.Points {
 		if !floorPoint(p) {
 			continue
@@ -140,13 +141,13 @@ func (r *Report) printFloorComparison(w io.Writer) {
 		}
 		for _, s := range p.Summary {
 			if s.XHandoffN == 0 {
-				rows = append(rows, []string{p.Label, r.name(s.Contender), "-", "-", "-", "-", "0", where})
+				rows = append(rows, []string{p.Label, r.name(s.Contender), "-", "-", "-", "-", "0", "-", "-", where})
 				continue
 			}
 			rows = append(rows, []string{p.Label, r.name(s.Contender),
 				fmtMs(s.XHandoffP50), fmt.Sprintf("%.2fx", ratio(s.XHandoffP50, f50)),
 				fmtMs(s.XHandoffP99), fmt.Sprintf("%.2fx", ratio(s.XHandoffP99, f99)),
-				fmt.Sprint(s.XHandoffN), where})
+				fmt.Sprint(s.XHandoffN), fmt.Sprint(s.XHandoffEndN), fmtMs(s.XHandoffMidP99), where})
 		}
 	}
 	if len(rows) > 1 {
