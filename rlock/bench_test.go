@@ -18,14 +18,44 @@ import (
 // everything is closed at cleanup, the rlock Client first.
 func benchClient(b *testing.B) (*rlock.Client, *redistest.Server) {
 	b.Helper()
+	cs, srv := benchClients(b, 1)
+	return cs[0], srv
+}
+
+// benchClients is benchClient for n Clients, each on its own rueidis client,
+// all on one Redis and one key prefix, so that a lock name means the same
+// lock to each of them (redistest.KeyPrefix draws a new prefix at every
+// call).
+func benchClients(b *testing.B, n int) ([]*rlock.Client, *redistest.Server) {
+	b.Helper()
 	srv := redistest.New(b)
-	rc := redistest.Client(b, srv)
-	c, err := rlock.New(rc, rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")))
-	if err != nil {
-		b.Fatal(err)
+	prefix := strings.TrimSuffix(redistest.KeyPrefix(b), ":")
+	cs := make([]*rlock.Client, n)
+	for i := range cs {
+		c, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(prefix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		cs[i] = c
 	}
-	b.Cleanup(func() { _ = c.Close() })
-	return c, srv
+	if n > 1 {
+		// A lock taken through one Client must be taken for the others.
+		ctx := context.Background()
+		held, err := cs[0].Mutex("shared-probe").Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, c := range cs[1:] {
+			if _, err := c.Mutex("shared-probe").TryLock(ctx); !errors.Is(err, rlock.ErrLocked) {
+				b.Fatalf("Client %d took a lock Client 0 held (TryLock: %v): the Clients do not share their locks", i+1, err)
+			}
+		}
+		if err := cs[0].Mutex("shared-probe").Unlock(held); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return cs, srv
 }
 
 // benchCommands reports the Redis commands per operation that ran between
@@ -113,17 +143,8 @@ func BenchmarkMutexManyLocks(b *testing.B) {
 // op is one acquisition.
 func BenchmarkMutexHot(b *testing.B) {
 	const clients, perClient = 2, 16
-	c, srv := benchClient(b)
-	ms := []*rlock.Mutex{c.Mutex("hot")}
-	for range clients - 1 {
-		c2, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = c2.Close() })
-		ms = append(ms, c2.Mutex("hot"))
-	}
-	benchAcquisitions(b, srv, clients*perClient, func(i int) *rlock.Mutex { return ms[i%clients] })
+	cs, srv := benchClients(b, clients)
+	benchAcquisitions(b, srv, clients*perClient, func(i int) *rlock.Mutex { return cs[i%clients].Mutex("hot") })
 }
 
 // benchAcquisitions runs b.N acquisitions with an empty critical section,
