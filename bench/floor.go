@@ -42,12 +42,15 @@ type PubSubFloor struct {
 	// Script: published by a one-line Lua script (EVALSHA of
 	// publishScript) rather than by PUBLISH: the floor under any hand-off
 	// that a script makes.
-	Script bool    `json:"script,omitempty"`
-	Sent   int     `json:"sent"`
-	Lost   int     `json:"lost"`
-	P50    float64 `json:"p50_ms"`
-	P99    float64 `json:"p99_ms"`
-	Max    float64 `json:"max_ms"`
+	Script bool `json:"script,omitempty"`
+	// Handoff: published by handoffScript, the least a hand-off that keeps
+	// a lock safe does (see there): the floor under any such hand-off.
+	Handoff bool    `json:"handoff,omitempty"`
+	Sent    int     `json:"sent"`
+	Lost    int     `json:"lost"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
+	Max     float64 `json:"max_ms"`
 	// The PUBLISH calls' own round trips (call to reply, in the publisher),
 	// for comparison with the delivery.
 	PublishP50 float64 `json:"publish_rtt_p50_ms"`
@@ -117,14 +120,60 @@ func (s *subscriber) close() {
 	s.rc.Close()
 }
 
+// floorBy is what publishes the probe's messages.
+type floorBy int
+
+const (
+	byPublish floorBy = iota // PUBLISH
+	byScript                 // publishScript
+	byHandoff                // handoffScript
+)
+
+func (by floorBy) String() string {
+	return [...]string{"PUBLISH", "script PUBLISH", "hand-off script"}[by]
+}
+
 // publishScript publishes ARGV[1] on KEYS[1]: the least a script that hands
 // a lock on by pub/sub does.
 var publishScript = rueidis.NewLuaScript("return redis.call('PUBLISH', KEYS[1], ARGV[1])")
 
+// handoffScript is the least a hand-off does that keeps a lock safe when
+// replies can be lost and anyone may publish: it checks that the releasing
+// owner holds the lock, takes the head of the queue, makes the lock its
+// (with a lease, so that a dead holder cannot keep it), draws a fencing
+// token, and tells it. rlock's release does this and more (a reentrant
+// count, waiters' deadlines, the claim window, the idempotency latch, the
+// releasing Client's next place in the queue), so no hand-off of rlock's
+// can be quicker than this one.
+//
+// KEYS[1] lock hash, KEYS[2] queue zset (member -> arrival), KEYS[3] fencing
+// counter, KEYS[4] the head's channel; ARGV[1] releasing owner, ARGV[2] the
+// message, ARGV[3] lease (ms). Returns the receivers, or -1 when ARGV[1]
+// does not hold the lock, -2 when no one is queued.
+var handoffScript = rueidis.NewLuaScript(`
+if not redis.call('HGET', KEYS[1], ARGV[1]) then
+  return -1
+end
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if not head then
+  return -2
+end
+redis.call('ZREM', KEYS[2], head)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], head, 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('INCR', KEYS[3])
+return redis.call('PUBLISH', KEYS[4], ARGV[2])
+`)
+
+// handoffOwner is the owner the probe's nth hand-off releases (n = -1: the
+// first holder); the n+1th is queued behind it.
+func handoffOwner(n int) string { return "w" + strconv.Itoa(n+1) }
+
 // pubsubFloor runs the probe once: n messages from this process to a worker,
-// by PUBLISH or, with script, by publishScript.
-func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn, script bool) (PubSubFloor, error) {
-	out := PubSubFloor{Round: round, Sent: n, Turn: turn, Script: script}
+// published as by says.
+func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool, by floorBy) (PubSubFloor, error) {
+	out := PubSubFloor{Round: round, Sent: n, Turn: turn, Script: by == byScript, Handoff: by == byHandoff}
 	idleMin, idleMax := floorIdleMin, floorIdleMax
 	if turn {
 		idleMin, idleMax = turnFloorIdleMin, turnFloorIdleMax
@@ -157,13 +206,54 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn, script bool
 	publish := func(msg string) error {
 		return pub.Do(ctx, pub.B().Publish().Channel(channel).Message(msg).Build()).Error()
 	}
-	if script {
+	switch by {
+	case byScript:
 		// Loaded (EVALSHA, then EVAL once) on a channel no one hears.
 		if err := publishScript.Exec(ctx, pub, []string{channel + ":load"}, []string{"0"}).Error(); err != nil {
 			return fail(fmt.Errorf("script: %w", err))
 		}
 		publish = func(msg string) error {
 			return publishScript.Exec(ctx, pub, []string{channel}, []string{msg}).Error()
+		}
+	case byHandoff:
+		// A lock held by the first owner with every later one queued in
+		// order, so that each message is one hand-off with nothing to set
+		// up between them (which would wake the server before the idle
+		// ends). The script is loaded on a queue of its own.
+		tag := fmt.Sprintf("%s:{%d:handoff}", b.prefix, b.seq)
+		keys := []string{tag + ":lock", tag + ":queue", tag + ":fence", channel}
+		cmds := rueidis.Commands{
+			pub.B().Hset().Key(keys[0]).FieldValue().FieldValue(handoffOwner(-1), "1").Build(),
+			pub.B().Pexpire().Key(keys[0]).Milliseconds(time.Hour.Milliseconds()).Build(),
+		}
+		queue := pub.B().Zadd().Key(keys[1]).ScoreMember()
+		for i := range n {
+			queue = queue.ScoreMember(float64(i), handoffOwner(i))
+		}
+		cmds = append(cmds, queue.Build(), pub.B().Pexpire().Key(keys[1]).Milliseconds(time.Hour.Milliseconds()).Build(),
+			pub.B().Set().Key(keys[2]).Value("0").PxMilliseconds(time.Hour.Milliseconds()).Build())
+		defer func() {
+			// Keys of the probe only: gone with it (they expire anyway).
+			pub.Do(context.WithoutCancel(ctx), pub.B().Del().Key(keys[:3]...).Build())
+		}()
+		for _, r := range pub.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return fail(fmt.Errorf("hand-off script set-up: %w", err))
+			}
+		}
+		load := []string{tag + ":load:lock", tag + ":load:queue", keys[2], channel + ":load"}
+		if err := handoffScript.Exec(ctx, pub, load, []string{"-", "0", "1"}).Error(); err != nil {
+			return fail(fmt.Errorf("hand-off script: %w", err))
+		}
+		lease := strconv.FormatInt(time.Hour.Milliseconds(), 10)
+		handed := 0
+		publish = func(msg string) error {
+			heard, err := handoffScript.Exec(ctx, pub, keys, []string{handoffOwner(handed - 1), msg, lease}).AsInt64()
+			handed++
+			if err == nil && heard < 0 {
+				err = fmt.Errorf("the hand-off was refused (%d): the probe's lock is not as it left it", heard)
+			}
+			return err
 		}
 	}
 	if err := w.send(toWorker{Cmd: "go"}); err != nil {
@@ -175,11 +265,7 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn, script bool
 		time.Sleep(idleMin + rand.N(idleMax-idleMin))
 		sent[i] = mono()
 		if err := publish(strconv.Itoa(i)); err != nil {
-			what := "PUBLISH"
-			if script {
-				what = "script PUBLISH"
-			}
-			return fail(fmt.Errorf("%s: %w", what, err))
+			return fail(fmt.Errorf("%v: %w", by, err))
 		}
 		rtts[i] = mono() - sent[i]
 	}

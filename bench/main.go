@@ -312,7 +312,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		if clusterOnly {
 			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; load average %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99), loadAvg())
 		} else {
-			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false, false)
+			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false, byPublish)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, false, ctx.Err()
@@ -321,12 +321,12 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 			} else {
 				rep.PubSub = append(rep.PubSub, fl)
 			}
-			for _, script := range []bool{false, true} {
-				if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true, script); err != nil {
+			for _, by := range []floorBy{byPublish, byScript, byHandoff} {
+				if tf, err := b.pubsubFloor(ctx, round, max(10, cfg.floorMsgs/8), true, by); err != nil {
 					if ctx.Err() != nil {
 						return nil, false, ctx.Err()
 					}
-					fmt.Fprintf(os.Stderr, "bench: turn floor (script %v): %v\n", script, err)
+					fmt.Fprintf(os.Stderr, "bench: turn floor (by %v): %v\n", by, err)
 				} else {
 					rep.PubSub = append(rep.PubSub, tf)
 				}
