@@ -267,7 +267,15 @@ func (w *worker) operation(ctx context.Context, op int64) error {
 	ev.TAcq = mono()
 	if err != nil {
 		ev.AcqErr, ev.AcqClass = err.Error(), classifyAcquire(err)
-		if ev.AcqClass == "ctx" && ctx.Err() == nil {
+		switch {
+		case ev.AcqClass != "ctx" || ctx.Err() != nil:
+		case time.Duration(ev.TAcq-ev.T0) >= cfg.Wait:
+			// The wait timeout ran out, after attempts that could not reach
+			// Redis (rlock reports ErrUnavailable then, not ErrLocked): a
+			// process resumed after SIGSTOP finds its timers and its
+			// connections' deadlines all passed at once.
+			ev.AcqClass = "timeout"
+		default:
 			// Neither our context nor the wait timeout ended: the deadline
 			// is another call's (rueidis fails every call on a connection
 			// that one call's deadline broke). A connection error, reported

@@ -405,6 +405,9 @@ func (a *acquisition) failure(err error) error {
 		return err
 	case !waitOver:
 		return m.wrap("lock", err)
+	case a.lastErr != nil && errors.Is(err, a.lastErr):
+		// The wait's error names it already (see core.WaitWith).
+		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
 	case a.lastErr != nil:
 		return fmt.Errorf("%w: lock %q: %w; last error: %w", ErrUnavailable, m.name, err, a.lastErr)
 	case timedOut && a.sawHolder:

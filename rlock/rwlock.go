@@ -250,6 +250,9 @@ func (a *rwAcquisition) failure(err error) error {
 		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
 	case !waitOver:
 		return rw.wrap(what, err)
+	case a.lastErr != nil && errors.Is(err, a.lastErr):
+		// The wait's error names it already (see core.WaitWith).
+		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)
 	case a.lastErr != nil:
 		return fmt.Errorf("%w: %s %q: %w; last error: %w", ErrUnavailable, what, rw.name, err, a.lastErr)
 	case timedOut && a.sawHolder:
