@@ -148,17 +148,21 @@ func TestAfterFuncBeatsTheRuntimeTimerFloor(t *testing.T) {
 	}
 }
 
+// timerKinds are the timers the benchmarks compare: the fine clock's and the
+// runtime's.
+var timerKinds = []struct {
+	name  string
+	after func(time.Duration, func()) Timer
+}{
+	{"fine", AfterFunc},
+	{"runtime", func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }},
+}
+
 // BenchmarkShortTimerLateness reports how late a 250us timer fires in an
 // otherwise idle process, timed by the fine clock and by the runtime.
 func BenchmarkShortTimerLateness(b *testing.B) {
 	const d = 250 * time.Microsecond
-	for _, c := range []struct {
-		name  string
-		after func(time.Duration, func()) Timer
-	}{
-		{"fine", AfterFunc},
-		{"runtime", func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }},
-	} {
+	for _, c := range timerKinds {
 		b.Run(c.name, func(b *testing.B) {
 			var late time.Duration
 			done := make(chan time.Duration)
@@ -175,13 +179,7 @@ func BenchmarkShortTimerLateness(b *testing.B) {
 // BenchmarkShortTimerSetStop is the cost of a park that is taken back at
 // once (a worker locking in a loop): set a short timer and stop it.
 func BenchmarkShortTimerSetStop(b *testing.B) {
-	for _, c := range []struct {
-		name  string
-		after func(time.Duration, func()) Timer
-	}{
-		{"fine", AfterFunc},
-		{"runtime", func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }},
-	} {
+	for _, c := range timerKinds {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				c.after(250*time.Microsecond, func() {}).Stop()
