@@ -147,9 +147,10 @@ var publishScript = rueidis.NewLuaScript("return redis.call('PUBLISH', KEYS[1], 
 // can be quicker than this one.
 //
 // KEYS[1] lock hash, KEYS[2] queue zset (member -> arrival), KEYS[3] fencing
-// counter, KEYS[4] the head's channel; ARGV[1] releasing owner, ARGV[2] the
-// message, ARGV[3] lease (ms). Returns the receivers, or -1 when ARGV[1]
-// does not hold the lock, -2 when no one is queued.
+// counter; ARGV[1] releasing owner, ARGV[2] the message, ARGV[3] lease (ms),
+// ARGV[4] the head's channel (not a key: it need not share the keys' slot).
+// Returns the receivers, or -1 when ARGV[1] does not hold the lock, -2 when
+// no one is queued.
 var handoffScript = rueidis.NewLuaScript(`
 if not redis.call('HGET', KEYS[1], ARGV[1]) then
   return -1
@@ -163,7 +164,7 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], head, 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('INCR', KEYS[3])
-return redis.call('PUBLISH', KEYS[4], ARGV[2])
+return redis.call('PUBLISH', ARGV[4], ARGV[2])
 `)
 
 // handoffOwner is the owner the probe's nth hand-off releases (n = -1: the
@@ -221,7 +222,7 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool, by flo
 		// up between them (which would wake the server before the idle
 		// ends). The script is loaded on a queue of its own.
 		tag := fmt.Sprintf("%s:{%d:handoff}", b.prefix, b.seq)
-		keys := []string{tag + ":lock", tag + ":queue", tag + ":fence", channel}
+		keys := []string{tag + ":lock", tag + ":queue", tag + ":fence"}
 		cmds := rueidis.Commands{
 			pub.B().Hset().Key(keys[0]).FieldValue().FieldValue(handoffOwner(-1), "1").Build(),
 			pub.B().Pexpire().Key(keys[0]).Milliseconds(time.Hour.Milliseconds()).Build(),
@@ -234,21 +235,21 @@ func (b *bench) pubsubFloor(ctx context.Context, round, n int, turn bool, by flo
 			pub.B().Set().Key(keys[2]).Value("0").PxMilliseconds(time.Hour.Milliseconds()).Build())
 		defer func() {
 			// Keys of the probe only: gone with it (they expire anyway).
-			pub.Do(context.WithoutCancel(ctx), pub.B().Del().Key(keys[:3]...).Build())
+			pub.Do(context.WithoutCancel(ctx), pub.B().Del().Key(keys...).Build())
 		}()
 		for _, r := range pub.DoMulti(ctx, cmds...) {
 			if err := r.Error(); err != nil {
 				return fail(fmt.Errorf("hand-off script set-up: %w", err))
 			}
 		}
-		load := []string{tag + ":load:lock", tag + ":load:queue", keys[2], channel + ":load"}
-		if err := handoffScript.Exec(ctx, pub, load, []string{"-", "0", "1"}).Error(); err != nil {
+		load := []string{tag + ":load:lock", tag + ":load:queue", keys[2]}
+		if err := handoffScript.Exec(ctx, pub, load, []string{"-", "0", "1", channel + ":load"}).Error(); err != nil {
 			return fail(fmt.Errorf("hand-off script: %w", err))
 		}
 		lease := strconv.FormatInt(time.Hour.Milliseconds(), 10)
 		handed := 0
 		publish = func(msg string) error {
-			heard, err := handoffScript.Exec(ctx, pub, keys, []string{handoffOwner(handed - 1), msg, lease}).AsInt64()
+			heard, err := handoffScript.Exec(ctx, pub, keys, []string{handoffOwner(handed - 1), msg, lease, channel}).AsInt64()
 			handed++
 			if err == nil && heard < 0 {
 				err = fmt.Errorf("the hand-off was refused (%d): the probe's lock is not as it left it", heard)
