@@ -122,8 +122,8 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 // a queue, acquisitions of unknown outcome being undone) get a short grace
 // (500ms) and are then cancelled; Close waits for them to return. What a
 // cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
-// lock's queue within two watchdog timeouts (4s at least), a hold within its
-// lease.
+// lock's queue max(its lease, 2s) after the re-check it planned (at most 4/5
+// of a watchdog timeout away), a hold within its lease.
 //
 // Close sends commands on the rueidis client given to New (the release of a
 // lock kept for this Client's next Lock, the clean-ups above), so close the

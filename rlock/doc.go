@@ -135,9 +135,9 @@
 // Unlock); the fencing counter one lease of the hold that took its last
 // token (1s at least) after that token; the queue and arrival counter when
 // the last waiter's place lapses, max(its lease, 2s) after the re-check it
-// planned (an RWMutex waiter's: two watchdog timeouts after its last
-// re-check); a release's retry latch the unlock timeout plus 1s after it, a
-// tombstone of a given-up acquisition one lease after it. With the defaults
+// planned, which is at most 4/5 of a watchdog timeout away (a Mutex and an
+// RWMutex waiter alike); a release's retry latch the unlock timeout plus 1s
+// after it, a tombstone of a given-up acquisition one lease after it. With the defaults
 // no key is left a minute after the last hold ended and the last waiter
 // stopped (WithLease holds: 24s plus the longest lease, when longer).
 //
@@ -151,8 +151,9 @@
 // # Errors
 //
 // Errors wrap the sentinel values of this package (ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrUpgrade, ErrInvalidName, ErrInvalidLease, ErrClosed, ...) and Redis or
-// context errors; test them with errors.Is.
+// ErrLeaseLost, ErrUpgrade, ErrInvalidName, ErrInvalidLease, ErrClosed, ...)
+// and Redis or context errors; test them with errors.Is.
+//
 // # Read/write locks
 //
 // Client.RWMutex returns a reentrant reader/writer lock with writer
@@ -231,8 +232,8 @@
 // 20-30s by default). A waiter whose process died (Redis closed its
 // connections) is skipped when the lock reaches it: no one hears the hand-off,
 // so the script takes it back and serves the next waiter at once. One whose
-// process hangs with its connections open keeps its place for two watchdog
-// timeouts; if the lock reaches it first, it holds it for its claim window
+// process hangs with its connections open keeps its place until max(its
+// lease, 2s) after the re-check it planned; if the lock reaches it first, it holds it for its claim window
 // only (WithClaimWindow, 3s by default): a hand-off grants the lock for that
 // long, the grantee's Client extends it to the lease with an early renewal
 // about a third of the window later (batched with others; a hold released

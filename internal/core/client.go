@@ -140,9 +140,10 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 // to return, so Close is prompt even when Redis is unreachable, as long as
 // background work honours BackgroundContext.
 //
-// Clean-ups cut short leave behind only what expires by itself: a Mutex
-// waiter's place in a queue lapses within two watchdog timeouts of its last
-// re-check (a semaphore waiter's within one), a hold or permit an acquisition
+// Clean-ups cut short leave behind only what expires by itself: a Mutex or
+// RWMutex waiter's place in a queue lapses max(its lease, 2s) after the
+// re-check it planned (a semaphore waiter's within one watchdog timeout of
+// its last re-check), a hold or permit an acquisition
 // may have taken expires with its lease (the watchdog no longer renews it),
 // and a tombstone key with the lease it guards.
 func (c *Client) Close() {
