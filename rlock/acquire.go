@@ -575,7 +575,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
 	m := a.m
 	c := m.c
-	err := notReplicated(c, acked)
+	err := notReplicated(ctx, c, acked)
 	owner, secret := a.owner, a.secret
 	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
 		return abandonScript(ctx, c, m.keys, owner, secret, a.lease, true)
@@ -583,7 +583,10 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
 	}
 	a.owner, a.secret, a.queuedAt, a.queued, a.uncertain = c.NewID(), newSecret(), core.Ticket{}, false, false
-	a.sawHolder, a.lastErr = false, err
+	a.sawHolder = false
+	if ctx.Err() == nil {
+		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
+	}
 	if c.Cfg.ReplicaAckRetry && w != nil {
 		return false, ackRetryIn, nil
 	}
@@ -595,7 +598,7 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 // When that cannot be confirmed, the whole hold is given up, as for any
 // re-entry of unknown outcome.
 func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
-	err := notReplicated(m.c, acked)
+	err := notReplicated(ctx, m.c, acked)
 	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {

@@ -198,7 +198,7 @@ func (qm *QuorumMutex) askAcked(ctx context.Context, c *core.Client, keys, args 
 		late := v.kind == voteGranted || !isRedis && !errors.Is(err, syscall.ECONNREFUSED)
 		return vote{err: err, late: late}
 	case v.kind == voteGranted && c.Unacked(acked):
-		return vote{kind: voteUnacked, err: c.NotReplicated(acked)}
+		return vote{kind: voteUnacked, err: c.NotReplicated(ctx, acked)}
 	}
 	v.sent = t
 	return v

@@ -39,7 +39,10 @@ const (
 // When fewer acknowledge in time, the acquisition is undone (the lock or
 // permits are given back, a re-entry's count taken back) and the call fails
 // with an error matching ErrNotReplicated, unless WithReplicaAckRetry is
-// given.
+// given. When the call's ctx ends before the acknowledgement timeout (the
+// WAIT runs until a moment before ctx's deadline, or is not sent when less
+// is left), the call fails once ctx has ended, with ctx's error and not
+// ErrNotReplicated: the replicas were not given their time.
 //
 // What it buys: a lock Lock returned is on the master and on at least replicas
 // replicas, so a failover (Sentinel or Cluster) that promotes one of those
@@ -99,7 +102,9 @@ const ackRetryIn = core.AckRetryIn
 
 // notReplicated is the error of an acquisition acknowledged by acked replicas
 // only (the caller names the lock).
-func notReplicated(c *core.Client, acked int64) error { return c.NotReplicated(acked) }
+func notReplicated(ctx context.Context, c *core.Client, acked int64) error {
+	return c.NotReplicated(ctx, acked)
+}
 
 // acquireAcked runs acquire.lua and, when it took the lock (or re-entered),
 // WAIT on the same connection (see core.Client.RunAcked). acked is -1 when no

@@ -19,7 +19,7 @@ import (
 func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
 	rw := a.rw
 	c := rw.c
-	err := notReplicated(c, acked)
+	err := notReplicated(ctx, c, acked)
 	owner, secret := a.owner, a.secret
 	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
 		return rwAbandonScript(ctx, c, rw.keys, owner, secret, a.write, a.lease, true)
@@ -28,7 +28,10 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 	}
 	a.owner, a.secret, a.uncertain = c.NewID(), newSecret(), false
 	a.queuedAt, a.queuedArrival = core.Ticket{}, 0
-	a.sawHolder, a.lastErr = false, err
+	a.sawHolder = false
+	if ctx.Err() == nil {
+		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
+	}
 	if c.Cfg.ReplicaAckRetry && w != nil {
 		return false, ackRetryIn, nil
 	}
@@ -41,7 +44,7 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 // up.
 func (rw *RWMutex) reentryUnacked(ctx context.Context, h *core.Hold, write bool, lease time.Duration, acked int64) error {
 	what := lockWord(write)
-	err := notReplicated(rw.c, acked)
+	err := notReplicated(ctx, rw.c, acked)
 	requestID := rw.c.NewID()
 	var left int64
 	uerr := core.RetryTransient(ctx, func() (e error) {

@@ -19,7 +19,7 @@ import (
 func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
 	s := a.s
 	c := s.c
-	err := fmt.Errorf("semaphore: acquire %q: %w", s.name, core.Inner(c.NotReplicated(acked)))
+	err := fmt.Errorf("semaphore: acquire %q: %w", s.name, core.Inner(c.NotReplicated(ctx, acked)))
 	id, entry := a.id, a.entry()
 	if uerr := c.GiveBack(ctx, func(ctx context.Context) error { return s.abandonScript(ctx, id, entry) }, func() {
 		c.GoUntil(time.Now().Add(max(a.lease, c.Cfg.WatchdogTimeout)), func(ctx context.Context) {
@@ -29,7 +29,10 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 		err = fmt.Errorf("%w (giving them back failed, they are free at the latest in %v: %w)", err, a.lease, uerr)
 	}
 	a.newID()
-	a.traced, a.lastErr = false, err
+	a.traced = false
+	if ctx.Err() == nil {
+		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
+	}
 	if c.Cfg.ReplicaAckRetry && w != nil {
 		return false, core.AckRetryIn, nil
 	}

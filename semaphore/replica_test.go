@@ -161,3 +161,40 @@ func TestReplicaAckSemaphoreNotReplicated(t *testing.T) {
 	mustRelease(t, sr, receive(t, ch, 5*time.Second, "retrying Acquire after the replica's return").ctx)
 	e.mustBeIdle(sr, "after the retrying Acquire's Release")
 }
+
+// TestReplicaAckSemaphoreShortCtxIsTheDeadline: an Acquire or TryAcquire
+// whose ctx ends before the acknowledgement timeout reports ctx's deadline,
+// not ErrNotReplicated (the replica was never given its time), whether the
+// ctx left no room for WAIT (replica healthy) or cut it short (replica
+// paused); nothing is left held or queued.
+func TestReplicaAckSemaphoreShortCtxIsTheDeadline(t *testing.T) {
+	t.Parallel()
+	rep := redistest.NewReplicated(t, 1)
+	master, replica := rep.Master, rep.Replicas[0]
+	e := setupEnv(t, master)
+	s := e.sem(e.client(rlock.WithReplicaAck(1, 2*time.Second)), "ack-short", 2)
+	check := func(situation string, d time.Duration) {
+		t.Helper()
+		for _, call := range []struct {
+			what string
+			f    func(context.Context) error
+		}{
+			{"Acquire", func(ctx context.Context) error { _, err := s.Acquire(ctx, 1); return err }},
+			{"TryAcquire", func(ctx context.Context) error { _, err := s.TryAcquire(ctx, 1); return err }},
+		} {
+			ctx, cancel := context.WithTimeout(e.ctx, d)
+			err := call.f(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, semaphore.ErrNotReplicated) {
+				t.Fatalf("%s, %s with a %v ctx = %v; want the deadline, not ErrNotReplicated", situation, call.what, d, err)
+			}
+			e.mustBeIdle(s, situation+", "+call.what)
+		}
+	}
+	check("replica healthy", 5*time.Millisecond)
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = replica.Resume() }()
+	check("replica paused", 200*time.Millisecond)
+}

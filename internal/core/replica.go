@@ -29,9 +29,16 @@ func (c *Client) Unacked(acked int64) bool {
 	return c.Cfg.ReplicaAck > 0 && acked < int64(c.Cfg.ReplicaAck)
 }
 
-// NotReplicated is the error of an acquisition acknowledged by acked replicas
-// only (the caller names the lock).
-func (c *Client) NotReplicated(acked int64) error {
+// NotReplicated is the error of an acquisition, run under ctx, acknowledged
+// by acked replicas only (the caller names the lock). When ctx has ended,
+// its deadline and not the acknowledgement timeout ended the WAIT (RunAcked
+// then waits for it: see there), so the replicas were not given their time:
+// the error is ctx's, not ErrNotReplicated, and a short ctx is not reported
+// as replication failing.
+func (c *Client) NotReplicated(ctx context.Context, acked int64) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("the deadline came before %d replicas acknowledged (%d did): %w", c.Cfg.ReplicaAck, max(acked, 0), CtxError(ctx))
+	}
 	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, max(acked, 0), c.Cfg.ReplicaAck, c.Cfg.ReplicaAckTimeout)
 }
 
@@ -45,7 +52,9 @@ func (c *Client) NotReplicated(acked int64) error {
 // took parses the reply into the caller's variables; its error ends the call.
 // persist repeats WAIT until enough replicas acknowledged or ctx ends. Each
 // WAIT ends a moment before ctx's deadline, so that it reports a count rather
-// than the deadline.
+// than the deadline; when ctx's deadline cut the WAIT short (or left no time
+// for one) and too few acknowledged, RunAcked returns once ctx has ended, so
+// that the acquisition fails with ctx's error (see NotReplicated).
 //
 // acked is -1 when no WAIT was sent (the script took nothing, or failed, or
 // ctx left no time for one: then the acquisition counts as unacknowledged).
@@ -60,25 +69,42 @@ func (c *Client) RunAcked(ctx context.Context, p *lua.Pinned, keys, args []strin
 			return err
 		}
 		for {
-			timeout := c.Cfg.ReplicaAckTimeout
-			if dl, ok := ctx.Deadline(); ok {
-				// A WAIT cut short by ctx would only report the deadline:
-				// one that ends before it reports how many acknowledged.
-				left := time.Until(dl) - waitMargin
-				if left < time.Millisecond {
-					return nil
-				}
-				timeout = min(timeout, left)
+			timeout, cut := c.ackTimeout(ctx)
+			if timeout < time.Millisecond {
+				<-ctx.Done() // no time for a WAIT: the deadline decides
+				return nil
 			}
 			// (Built afresh each time: rueidis recycles a command once sent.)
-			wait := dc.B().Wait().Numreplicas(int64(c.Cfg.ReplicaAck)).Timeout(max(timeout.Milliseconds(), 1)).Build()
+			wait := dc.B().Wait().Numreplicas(int64(c.Cfg.ReplicaAck)).Timeout(timeout.Milliseconds()).Build()
 			acked, err = dc.Do(ctx, wait).AsInt64()
-			if err != nil || !c.Unacked(acked) || !persist || ctx.Err() != nil {
+			switch {
+			case err != nil || !c.Unacked(acked):
 				return err
+			case cut:
+				// The deadline, not the replicas, ended the WAIT: let it
+				// pass (at most a margin away), so that the caller reports
+				// it (see NotReplicated) and does not retry.
+				<-ctx.Done()
+				return nil
+			case !persist || ctx.Err() != nil:
+				return nil
 			}
 		}
 	})
 	return acked, err
+}
+
+// ackTimeout is the timeout of a WAIT sent under ctx: the acknowledgement
+// timeout, or less when ctx ends before it and a margin (cut), so that WAIT
+// reports a count rather than the deadline.
+func (c *Client) ackTimeout(ctx context.Context) (timeout time.Duration, cut bool) {
+	timeout = c.Cfg.ReplicaAckTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl) - waitMargin; left < timeout {
+			return left, true
+		}
+	}
+	return timeout, false
 }
 
 // GiveBack undoes an acquisition that too few replicas acknowledged, at once:
