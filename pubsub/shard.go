@@ -349,15 +349,25 @@ func (e *notMasterError) Error() string {
 
 // verifyMaster checks, after an SSUBSCRIBE on l, that l's node serves the
 // channel's slot as its master: a keyed read on the same connection, which a
-// replica answers with MOVED (the connection is not READONLY) where it
-// accepted the SSUBSCRIBE. Sent after the SSUBSCRIBE, it also catches a
-// master demoted in between (which would not push sunsubscribe for a
-// subscription made after its demotion). A user that may not read the
-// channel name as a key is asked ROLE instead; when that is refused too, the
-// node is trusted, as before this check.
+// replica answers with MOVED where it accepted the SSUBSCRIBE. A connection
+// rueidis opened to a replica for SendToReplicas is READONLY, and there the
+// replica answers the read itself: READWRITE, sent with the read, takes the
+// connection out of that mode first. Sent after the SSUBSCRIBE, the read
+// also catches a master demoted in between (which would not push
+// sunsubscribe for a subscription made after its demotion). A user that may
+// not run READWRITE, or read the channel name as a key, is asked ROLE
+// instead; when that is refused too, the node is trusted (the README's ACL
+// rule grants READWRITE).
 func verifyMaster(ctx context.Context, dc rueidis.DedicatedClient, channel string) error {
-	err := dc.Do(ctx, dc.B().Exists().Key(channel).Build()).Error()
+	res := dc.DoMulti(ctx, dc.B().Readwrite().Build(), dc.B().Exists().Key(channel).Build())
+	rwErr, err := res[0].Error(), res[1].Error()
+	if _, isRedis := rueidis.IsRedisErr(rwErr); rwErr != nil && !isRedis {
+		return rwErr
+	}
 	if err == nil {
+		if rwErr != nil {
+			return roleIsMaster(ctx, dc) // the connection may be READONLY
+		}
 		return nil
 	}
 	rerr, isRedis := rueidis.IsRedisErr(err)
@@ -373,6 +383,12 @@ func verifyMaster(ctx context.Context, dc rueidis.DedicatedClient, channel strin
 	if !strings.HasPrefix(rerr.Error(), "NOPERM") {
 		return err // CLUSTERDOWN, TRYAGAIN, LOADING...: unverified, retried
 	}
+	return roleIsMaster(ctx, dc)
+}
+
+// roleIsMaster asks l's node its role: a notMasterError unless it is a
+// master, nil when ROLE is refused (trusted).
+func roleIsMaster(ctx context.Context, dc rueidis.DedicatedClient) error {
 	vals, err := dc.Do(ctx, dc.B().Role().Build()).ToArray()
 	if err != nil {
 		if _, isRedis := rueidis.IsRedisErr(err); isRedis {

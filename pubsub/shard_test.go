@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 )
@@ -158,11 +160,22 @@ func TestShardedSlotMigration(t *testing.T) {
 // slots and receives what the master publishes, but SPUBLISH on the master
 // counts its subscribers only: a hand-off would be counted undelivered while
 // it arrives). After a failover the channel moves to the new master, not to
-// the demoted one.
+// the demoted one. The same holds when the rueidis client sends reads to
+// replicas (SendToReplicas), whose connections to replicas are READONLY and
+// so answer a keyed read for their master's slots instead of MOVED.
 func TestShardedOnMastersNotReplicas(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testShardedOnMasters(t) })
+	t.Run("SendToReplicas", func(t *testing.T) {
+		testShardedOnMasters(t, func(o *rueidis.ClientOption) {
+			o.SendToReplicas = func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }
+		})
+	})
+}
+
+func testShardedOnMasters(t *testing.T, opts ...func(*rueidis.ClientOption)) {
 	c := redistest.NewCluster(t, 3, 1)
 	ctx := mxContext(t)
-	rc := redistest.ClusterClient(t, c)
+	rc := redistest.ClusterClientWithReplicas(t, c, opts...)
 	m := mxNew(t, rc)
 	prefix := redistest.KeyPrefix(t)
 	chans := shardChannels(ctx, t, c, prefix)

@@ -33,7 +33,7 @@ const (
 		"+evalsha +eval +time +exists +get +set +del +incr +incrby +pexpire +pexpireat +persist +pttl " +
 		"+hget +hmget +hset +hdel +hexists +hincrby +hkeys +zadd +zcard +zrange +zrangebyscore +zrem +zscore"
 	aclRules        = aclCommon + " +publish +subscribe +unsubscribe +ping +client|tracking"
-	aclClusterRules = aclCommon + " +spublish +ssubscribe +sunsubscribe +ping +client|tracking +cluster|slots +cluster|shards +asking"
+	aclClusterRules = aclCommon + " +spublish +ssubscribe +sunsubscribe +ping +client|tracking +cluster|slots +cluster|shards +asking +readwrite"
 
 	// aclCacheRule is what a client with rueidis's client-side cache
 	// disabled (DisableCache) does not need.

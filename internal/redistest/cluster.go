@@ -365,6 +365,35 @@ func ClusterClient(tb testing.TB, c *Cluster, opts ...func(*rueidis.ClientOption
 	return rc
 }
 
+// ClusterClientWithReplicas is ClusterClient once the client lists every
+// node of c, replicas included: rueidis learns the replicas from CLUSTER
+// SLOTS when it starts, and a cluster just formed may not list them yet
+// (while they sync). Clients made before that are closed and made again.
+func ClusterClientWithReplicas(tb testing.TB, c *Cluster, opts ...func(*rueidis.ClientOption)) rueidis.Client {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rc rueidis.Client
+	err := poll(ctx, func() error {
+		var err error
+		if rc, err = c.Client(opts...); err != nil {
+			return err
+		}
+		for _, s := range c.Nodes() {
+			if rc.Nodes()[s.Addr()] == nil {
+				rc.Close()
+				return fmt.Errorf("the client does not list %s yet", s.Addr())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(rc.Close)
+	return rc
+}
+
 // poll runs f every 20ms until it succeeds or ctx ends (then the last error
 // is returned with ctx's).
 func poll(ctx context.Context, f func() error) error {
