@@ -51,9 +51,11 @@ import (
 // taken by its own script: no single script takes them all. All or nothing
 // holds from the caller's view: Lock and TryLock return a lock context only
 // when every member is held, and on every failure they release the members
-// taken before returning (a release that cannot reach Redis gives the hold up:
-// it expires with its lease). Another client may see some members taken and
-// others not for a moment, as with any sequence of locks.
+// taken in Redis before returning, each to the head of its Redis queue: never
+// kept for the Client's next Lock (see WithLinger), nor passed to one of its
+// goroutines ahead of that queue. (A release that cannot reach Redis gives
+// the hold up: it expires with its lease.) Another client may see some
+// members taken and others not for a moment, as with any sequence of locks.
 //
 // # Lock context and tokens
 //
@@ -118,10 +120,10 @@ func (ml *MultiLock) label() string { return fmt.Sprintf("multi-lock %q", ml.nam
 // ctx bounds the wait only. On success it returns the lock context that
 // carries every member's hold (with ctx's values, ended as described in
 // MultiLock, not by ctx); pass it, not ctx, to Unlock. On failure nothing is
-// held (the members taken are released before it returns) and the error is
-// that of the member that failed, as Mutex.Lock reports it: matching ctx's
-// error when ctx ended, ErrLocked and context.DeadlineExceeded when the wait
-// timeout ran out.
+// held (the members taken are released in Redis before it returns) and the
+// error is that of the member that failed, as Mutex.Lock reports it:
+// matching ctx's error when ctx ended, ErrLocked and context.DeadlineExceeded
+// when the wait timeout ran out.
 //
 // Members that ctx holds already are re-entered (their hold count rises by
 // one, and Unlock lowers it again); a ctx that holds the whole MultiLock
@@ -132,8 +134,8 @@ func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Cont
 
 // TryLock makes one attempt at each member in order, and returns the lock
 // context as Lock does, or, when a member is taken, an error matching
-// ErrLocked that names it; the members taken before it are released, so
-// nothing is held then.
+// ErrLocked that names it; the members taken before it are released in Redis
+// before it returns, so nothing is held then.
 func (ml *MultiLock) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return ml.lock(ctx, false, opts)
 }
@@ -166,7 +168,7 @@ func (ml *MultiLock) releaseMembers(ctx context.Context, mh *multiHold) error {
 	var errs []error
 	for i := len(mh.holds) - 1; i >= 0; i-- {
 		m := ml.mutexes[i]
-		if err := m.release(ctx, mh.holds[i], newRequest(m.c), true); err != nil {
+		if err := m.release(ctx, mh.holds[i], newRequest(m.c), releaseTurn); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -268,12 +270,17 @@ func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (co
 		deadline = time.Now().Add(lc.waitTimeout)
 	}
 	held := make([]context.Context, len(ml.mutexes))
+	// releaseAll releases by scripts in Redis that end before it returns,
+	// never keeping a member for the Client for a linger nor passing it to a
+	// goroutine of the Client without Redis (see Mutex.unlockInRedis): a
+	// failed call holds nothing when it returns, and a member it blocks on
+	// next is not held back from other Clients meanwhile.
 	releaseAll := func() {
 		for i := len(held) - 1; i >= 0; i-- {
 			if held[i] != nil {
 				// A release that fails gives the hold up (see Mutex.Unlock):
 				// it expires with its lease; there is nothing more to do.
-				_ = ml.mutexes[i].Unlock(held[i])
+				_ = ml.mutexes[i].unlockInRedis(held[i])
 				held[i] = nil
 			}
 		}

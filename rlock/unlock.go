@@ -42,12 +42,43 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if h == nil {
 		return m.noHold(lockCtx)
 	}
-	return m.release(lockCtx, h, newRequest(m.c), true)
+	return m.release(lockCtx, h, newRequest(m.c), releaseTurn)
 }
 
-// release releases one level of h. mayPark lets the final level keep the lock
-// for a moment for this Client's next Lock (see cohorts.park).
-func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mayPark bool) error {
+// unlockInRedis is Unlock by a script in Redis that ends before it returns:
+// the final level neither keeps the lock for this Client's next Lock (a
+// linger, see cohorts.park) nor passes it to a waiting goroutine of the
+// Client without Redis (see cohorts.passOn); the script gives it to the head
+// of the Redis queue, or frees it. A failed MultiLock releases its members so
+// that it holds nothing when it returns.
+func (m *Mutex) unlockInRedis(lockCtx context.Context) error {
+	h := m.holdOf(lockCtx)
+	if h == nil {
+		return m.noHold(lockCtx)
+	}
+	return m.release(lockCtx, h, newRequest(m.c), releaseInRedis)
+}
+
+// releaseMode is what the final level of a release may do in the Client
+// instead of a script in Redis.
+type releaseMode uint8
+
+const (
+	// releaseTurn passes the lock to a waiting goroutine of the Client, or
+	// keeps it for the Client's next Lock for a moment (see cohorts.park).
+	releaseTurn releaseMode = iota
+	// releasePass passes the lock to a waiting goroutine, never keeps it.
+	releasePass
+	// releaseInRedis does neither: the release runs in Redis. A waiting
+	// goroutine of the Client is queued there as its next leader (or, when
+	// no one else waits, the script keeps the lock for it), but no place is
+	// reserved for a Lock the Client has not made (see cohorts.reserve).
+	releaseInRedis
+)
+
+// release releases one level of h; mode says whether the final level may
+// pass the lock on or keep it in the Client.
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mode releaseMode) error {
 	h.Serial.Lock()
 	defer h.Serial.Unlock()
 	if ended, cause := h.State(); ended {
@@ -58,7 +89,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, may
 	// A fair hold formed no cohort: it neither passes the lock on in the
 	// Client nor keeps it for the Client; the head of the Redis queue is next.
 	local := final && !m.fair
-	if local && (m.t.passOn(m.name, h) || mayPark && m.t.park(m, h)) {
+	if local && mode != releaseInRedis && (m.t.passOn(m.name, h) || mode == releaseTurn && m.t.park(m, h)) {
 		h.End(ErrUnlocked) // the next holder took over the owner field
 		return nil
 	}
@@ -74,7 +105,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, may
 		var sw *pubsub.Waiter
 		var place successorPlace
 		if mayKeep {
-			if next = m.t.successor(m.name, h); next == nil {
+			if next = m.t.successor(m.name, h); next == nil && mode != releaseInRedis {
 				next = m.t.reserve(m, h)
 			}
 			sw, place = m.successorWait(h, next)
@@ -195,5 +226,5 @@ func (m *Mutex) handOn(p *cohortPass) {
 	h.StartFrom(p.until, p.epoch)
 	h.AwaitExtension(p.claim)
 	m.t.adopt(m.name, h)
-	_ = m.release(context.Background(), h, newRequest(m.c), false)
+	_ = m.release(context.Background(), h, newRequest(m.c), releasePass)
 }
