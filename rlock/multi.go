@@ -22,13 +22,14 @@ import (
 // The names are sorted (byte order) and deduplicated, and every MultiLock
 // follows that one order, whatever order it was given the names in. Lock
 // waits only in two ways: holding nothing, or, blocking on a member,
-// holding members that come before it in the order only. Along any chain of
-// waiters (a MultiLock waits for a member whose holder waits for another
-// lock) the locks waited for thus come later and later in the order, so the
-// chain cannot close into a cycle: overlapping MultiLocks never deadlock one
-// another, nor Mutexes that hold one lock at a time. (Locks the caller already
-// holds when it calls Lock, re-entered as members, are outside this argument,
-// as with any nested locking.)
+// holding members that come before it in the order only (a member lost
+// while Lock waits, see below, is only tried while a later one is held).
+// Along any chain of waiters (a MultiLock waits for a member whose holder
+// waits for another lock) the locks waited for thus come later and later in
+// the order, so the chain cannot close into a cycle: overlapping MultiLocks
+// never deadlock one another, nor Mutexes that hold one lock at a time.
+// (Locks the caller already holds when it calls Lock, re-entered as members,
+// are outside this argument, as with any nested locking.)
 //
 // # Waiting without spinning
 //
@@ -44,18 +45,27 @@ import (
 // waiters keeps the argument above: each of them, once it holds that lock,
 // blocks only on later locks, or gives everything back.)
 //
+// A member may be lost while Lock waits for another: its WithLease lease
+// runs out, or its hold is lost in Redis. Before it returns, Lock checks that
+// every member is still held; it takes a lost one again as it would a member
+// found taken (tried, and if taken, blocked on after releasing everything),
+// so each extra round follows a loss and a real wait. A member lost with no
+// wait since the last check (a lease too short to take the whole set) fails
+// the call instead of trying again.
+//
 // # Atomicity across slots
 //
 // Each member is a separate lock with its own keys and hash tag, so the
 // members may live in different Redis Cluster slots (or shards), and each is
 // taken by its own script: no single script takes them all. All or nothing
 // holds from the caller's view: Lock and TryLock return a lock context only
-// when every member is held, and on every failure they release the members
-// taken in Redis before returning, each to the head of its Redis queue: never
-// kept for the Client's next Lock (see WithLinger), nor passed to one of its
-// goroutines ahead of that queue. (A release that cannot reach Redis gives
-// the hold up: it expires with its lease.) Another client may see some
-// members taken and others not for a moment, as with any sequence of locks.
+// when every member is held as they return (its hold not ended, its lease not
+// run out), and on every failure they release the members taken in Redis
+// before returning, each to the head of its Redis queue: never kept for the
+// Client's next Lock (see WithLinger), nor passed to one of its goroutines
+// ahead of that queue. (A release that cannot reach Redis gives the hold up:
+// it expires with its lease.) Another client may see some members taken and
+// others not for a moment, as with any sequence of locks.
 //
 // # Lock context and tokens
 //
@@ -118,12 +128,15 @@ func (ml *MultiLock) label() string { return fmt.Sprintf("multi-lock %q", ml.nam
 // without polling, and never in a deadlock with other MultiLocks.
 //
 // ctx bounds the wait only. On success it returns the lock context that
-// carries every member's hold (with ctx's values, ended as described in
-// MultiLock, not by ctx); pass it, not ctx, to Unlock. On failure nothing is
-// held (the members taken are released in Redis before it returns) and the
-// error is that of the member that failed, as Mutex.Lock reports it:
-// matching ctx's error when ctx ended, ErrLocked and context.DeadlineExceeded
-// when the wait timeout ran out.
+// carries every member's hold, each held when Lock returns (a member lost
+// while Lock waited for others is taken again first, see MultiLock); it has
+// ctx's values and ends as described in MultiLock, as soon as any member's
+// hold ends, not with ctx. Pass it, not ctx, to Unlock. On failure nothing is held: the members taken are released
+// in Redis before it returns. The error is that of the member that failed,
+// as Mutex.Lock reports it: matching ctx's error when ctx ended, ErrLocked
+// and context.DeadlineExceeded when the wait timeout ran out; or, matching
+// ErrLeaseLost, one naming a member lost (its lease ran out) before the others
+// were taken, with no wait in between.
 //
 // Members that ctx holds already are re-entered (their hold count rises by
 // one, and Unlock lowers it again); a ctx that holds the whole MultiLock
@@ -135,7 +148,9 @@ func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Cont
 // TryLock makes one attempt at each member in order, and returns the lock
 // context as Lock does, or, when a member is taken, an error matching
 // ErrLocked that names it; the members taken before it are released in Redis
-// before it returns, so nothing is held then.
+// before it returns, so nothing is held then. A member whose hold ended
+// before the others were taken (a WithLease lease shorter than the attempts)
+// fails it too, with an error matching ErrLeaseLost that names it.
 func (ml *MultiLock) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return ml.lock(ctx, false, opts)
 }
@@ -247,8 +262,7 @@ func (ml *MultiLock) holdOf(ctx context.Context) *multiHold {
 	return nil
 }
 
-// lock is Lock (wait) and TryLock. held[i] is the context returned by member
-// i's Lock or TryLock while it is held, nil otherwise.
+// lock is Lock (wait) and TryLock.
 func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
 	if ml.err != nil {
 		return nil, ml.err
@@ -260,78 +274,141 @@ func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (co
 	if err != nil {
 		return nil, err
 	}
-	wait = wait && !lc.tryOnce
-	memberOpts := []LockOption{asMember()} // the MultiLock's context is watched
+	a := &multiAcquisition{ml: ml, ctx: ctx, wait: wait && !lc.tryOnce, blocked: -1,
+		held: make([]context.Context, len(ml.mutexes))}
+	a.opts = []LockOption{asMember()} // the MultiLock's context is watched
 	if lc.leaseSet {
-		memberOpts = append(memberOpts, WithLease(lc.lease))
+		a.opts = append(a.opts, WithLease(lc.lease))
 	}
-	var deadline time.Time
-	if wait && lc.waitSet {
-		deadline = time.Now().Add(lc.waitTimeout)
+	if a.wait && lc.waitSet {
+		a.deadline = time.Now().Add(lc.waitTimeout)
 	}
-	held := make([]context.Context, len(ml.mutexes))
-	// releaseAll releases by scripts in Redis that end before it returns,
-	// never keeping a member for the Client for a linger nor passing it to a
-	// goroutine of the Client without Redis (see Mutex.unlockInRedis): a
-	// failed call holds nothing when it returns, and a member it blocks on
-	// next is not held back from other Clients meanwhile.
-	releaseAll := func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			if held[i] != nil {
-				// A release that fails gives the hold up (see Mutex.Unlock):
-				// it expires with its lease; there is nothing more to do.
-				_ = ml.mutexes[i].unlockInRedis(held[i])
-				held[i] = nil
-			}
-		}
-	}
-	// blocked is the member this round started by blocking on (held), -1 in
-	// the first round. Members after it are waited for, members before it
-	// only tried; a member before it that is taken starts the next round,
-	// with an earlier blocked member.
-	blocked := -1
+	return a.run()
+}
+
+// multiAcquisition is one Lock or TryLock call of a MultiLock. held[i] is the
+// context returned by member i's Lock or TryLock while it is held, nil
+// otherwise. blocked is the member the current round started by blocking on
+// (held), -1 in the first round: members after it are waited for, members
+// before it only tried; a member before it that is taken starts the next
+// round, with an earlier blocked member.
+type multiAcquisition struct {
+	ml       *MultiLock
+	ctx      context.Context
+	wait     bool
+	deadline time.Time
+	opts     []LockOption
+	held     []context.Context
+	blocked  int
+	waited   bool // blocked on a member since the last check for lost ones
+}
+
+func (a *multiAcquisition) run() (context.Context, error) {
+	ml := a.ml
 	for {
-		conflict := -1
-		var conflictErr error
-		for i, m := range ml.mutexes {
-			if held[i] != nil {
-				continue
-			}
-			if blocked >= 0 && i > blocked {
-				lockCtx, err := ml.wait(ctx, m, deadline, memberOpts)
-				if err != nil {
-					releaseAll()
-					return nil, err
-				}
-				held[i] = lockCtx
-				continue
-			}
-			lockCtx, err := m.TryLock(ctx, memberOpts...)
-			if err == nil {
-				held[i] = lockCtx
-				continue
-			}
-			// Taken; or, for a blocking Lock, unreachable for now: the
-			// member's Lock below retries connection errors while ctx lasts.
-			if errors.Is(err, ErrLocked) || wait && core.Retryable(ctx, err) && !errors.Is(err, ErrClosed) {
-				conflict, conflictErr = i, err
-				break
-			}
-			releaseAll()
+		conflict, conflictErr, err := a.round()
+		if err != nil {
+			a.releaseAll()
 			return nil, err
 		}
 		if conflict < 0 {
-			return ml.hold(ctx, held)
+			lost := a.dropLost()
+			if lost < 0 {
+				return ml.hold(a.ctx, a.held)
+			}
+			if !a.waited {
+				// Lost without a wait in between: the lease is too short
+				// to take the set, and trying again would spin.
+				a.releaseAll()
+				return nil, fmt.Errorf("rlock: %s member %q: lost before every member was held: %w",
+					ml.label(), ml.names[lost], ErrLeaseLost)
+			}
+			a.waited = false
+			continue // the next round takes the lost members again
 		}
-		releaseAll()
-		if !wait {
+		a.releaseAll()
+		if !a.wait {
 			return nil, fmt.Errorf("rlock: %s member %q: %w", ml.label(), ml.names[conflict], core.Inner(conflictErr))
 		}
-		lockCtx, err := ml.wait(ctx, ml.mutexes[conflict], deadline, memberOpts)
+		lockCtx, err := ml.wait(a.ctx, ml.mutexes[conflict], a.deadline, a.opts)
 		if err != nil {
 			return nil, err
 		}
-		held[conflict], blocked = lockCtx, conflict
+		a.held[conflict], a.blocked, a.waited = lockCtx, conflict, true
+	}
+}
+
+// round takes the members not held, in order. It blocks on a member after
+// blocked only when no member after it is held (one lost meanwhile, see
+// dropLost, is only tried), and tries the others once. It stops at the first
+// one taken (for a blocking Lock, or unreachable for now: the member's Lock
+// retries connection errors while ctx lasts) and returns its index
+// (conflict, -1 when none) and error; err is a failure that ends the call.
+func (a *multiAcquisition) round() (conflict int, conflictErr, err error) {
+	for i, m := range a.ml.mutexes {
+		if a.held[i] != nil {
+			continue
+		}
+		if a.blocked >= 0 && i > a.blocked && !slices.ContainsFunc(a.held[i+1:], isHeld) {
+			if a.held[i], err = a.ml.wait(a.ctx, m, a.deadline, a.opts); err != nil {
+				return -1, nil, err
+			}
+			a.waited = true
+			continue
+		}
+		lockCtx, err := m.TryLock(a.ctx, a.opts...)
+		if err == nil {
+			a.held[i] = lockCtx
+			continue
+		}
+		if errors.Is(err, ErrLocked) || a.wait && core.Retryable(a.ctx, err) && !errors.Is(err, ErrClosed) {
+			return i, err, nil
+		}
+		return -1, nil, err
+	}
+	return -1, nil, nil
+}
+
+func isHeld(lockCtx context.Context) bool { return lockCtx != nil }
+
+// dropLost gives up the members whose hold ended (a lease that ran out, a
+// loss) while the call waited for others: a lock context is returned only
+// when every member is held. It returns the first such member, -1 if none.
+func (a *multiAcquisition) dropLost() int {
+	first := -1
+	now := time.Now()
+	for i, lockCtx := range a.held {
+		h := a.ml.mutexes[i].holdOf(lockCtx)
+		if h == nil {
+			continue
+		}
+		if ended, _ := h.State(); !ended && now.Before(h.ValidUntil()) {
+			continue
+		}
+		// Ended: nothing to release; past its lease here but not yet ended,
+		// it may still be ours in Redis.
+		_ = a.ml.mutexes[i].unlockInRedis(lockCtx)
+		a.held[i] = nil
+		if first < 0 {
+			first = i
+		}
+	}
+	return first
+}
+
+// releaseAll releases the members held by scripts in Redis that end before
+// it returns, never keeping one for the Client for a linger nor passing it to
+// a goroutine of the Client without Redis (see Mutex.unlockInRedis): a failed
+// call holds nothing when it returns, and a member it blocks on next is not
+// held back from other Clients meanwhile.
+func (a *multiAcquisition) releaseAll() {
+	for i := len(a.held) - 1; i >= 0; i-- {
+		if a.held[i] != nil {
+			// A release that fails gives the hold up (see Mutex.Unlock):
+			// it expires with its lease; there is nothing more to do.
+			_ = a.ml.mutexes[i].unlockInRedis(a.held[i])
+			a.held[i] = nil
+		}
 	}
 }
 

@@ -18,6 +18,92 @@ type multiResult struct {
 	err error
 }
 
+// A member whose lease runs out while Lock waits for a later member, and
+// which another Client then takes, is not reported held: Lock takes it again
+// once that Client lets it go, and returns only then, holding every member.
+func TestMultiLockMemberLostWhileWaitingNotReturned(t *testing.T) {
+	e := ftNewEnv(t)
+	c, holder, third, probe := e.client(), e.client(), e.client(), e.client()
+	e.warmUp(c, holder, third, probe)
+	la := ftLock(t, e.ctx, holder.Mutex("x-a"))
+	lb := ftLock(t, e.ctx, holder.Mutex("x-b"))
+	ml := c.MultiLock("x-a", "x-b")
+	res := make(chan multiResult, 1)
+	go func() {
+		lc, err := ml.Lock(e.ctx, rlock.WithLease(300*time.Millisecond))
+		res <- multiResult{lc, err}
+	}()
+	// Blocked on x-a holding nothing; then it takes x-a (300ms lease) and
+	// blocks on x-b holding it.
+	e.queuedOn("x-a", 1)
+	mustUnlockFT(t, holder.Mutex("x-a"), la)
+	e.queuedOn("x-b", 1)
+	// x-a's lease runs out while the multi-lock waits: the third Client
+	// takes it.
+	l3 := ftLock(t, e.ctx, third.Mutex("x-a"))
+	mustUnlockFT(t, holder.Mutex("x-b"), lb)
+	// The multi-lock now holds x-b only: it must not return success, but
+	// wait for x-a again (or fail).
+	requeued := func() bool {
+		n, err := e.raw.Do(e.ctx, e.raw.B().Zcard().Key(e.lockKey("x-a")+":queue").Build()).AsInt64()
+		return err == nil && n == 1
+	}
+	deadline := time.Now().Add(ftPatience)
+	for !requeued() {
+		select {
+		case r := <-res:
+			if r.err == nil {
+				checkMultiHeld(t, e, probe, ml, r.lc, l3)
+				t.Fatal("Lock returned success while the third Client held x-a")
+			}
+			t.Logf("Lock failed cleanly: %v", r.err)
+			mustUnlockFT(t, third.Mutex("x-a"), l3)
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the multi-lock neither returned nor waited for x-a again")
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	if l3.Err() != nil {
+		t.Fatalf("the third Client's hold of x-a ended: %v", context.Cause(l3))
+	}
+	mustUnlockFT(t, third.Mutex("x-a"), l3)
+	var r multiResult
+	select {
+	case r = <-res:
+	case <-time.After(ftPatience):
+		t.Fatal("the multi-lock did not take x-a once it was free")
+	}
+	if r.err != nil {
+		t.Fatalf("Lock after x-a came free: %v", r.err)
+	}
+	checkMultiHeld(t, e, probe, ml, r.lc, nil)
+	if err := ml.Unlock(r.lc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkMultiHeld fails the test unless lc, returned by ml's Lock, holds every
+// member: its lock context live, probe's TryLock of each member refused,
+// and other, another Client's hold of a member, not live beside it.
+func checkMultiHeld(t *testing.T, e *ftEnv, probe *rlock.Client, ml *rlock.MultiLock, lc, other context.Context) {
+	t.Helper()
+	if lc.Err() != nil {
+		t.Errorf("the returned lock context is already ended: %v", context.Cause(lc))
+	}
+	if other != nil && other.Err() == nil {
+		t.Errorf("another Client's hold of a member is live beside the multi-lock's")
+	}
+	for _, n := range ml.Names() {
+		if l, err := probe.Mutex(n).TryLock(e.ctx); err == nil {
+			t.Errorf("member %s free after the multi-lock's Lock returned", n)
+			mustUnlockFT(t, probe.Mutex(n), l)
+		}
+	}
+}
+
 // A Lock that fails after taking a contended member releases it in Redis
 // before it returns, to the Client waiting there, rather than keeping it for
 // its own Client's next Lock for the linger.
