@@ -61,6 +61,9 @@ type conn struct {
 
 	// Sharded mode (see shard.go), guarded by mu.
 	slotOwner map[uint16]string // slot -> address of its master, as last learned
+	// linkFailedAt: address -> when a shard link to it last failed; used by
+	// runSharded's goroutine only (see guessNode).
+	linkFailedAt map[string]time.Time
 }
 
 func newConn(m *Multiplexer) *conn {

@@ -50,14 +50,19 @@ func (c *conn) runSharded() {
 		}
 	}()
 	var retryIn time.Duration
+	var timer <-chan time.Time
+	flush := true
 	for {
-		retry := c.flushSharded(ctx, links, lost)
-		c.retireLinks(links)
-		timer := c.mux.retryTimer(retry, &retryIn)
+		if flush {
+			retry := c.flushSharded(ctx, links, lost)
+			c.retireLinks(links)
+			timer = c.mux.retryTimer(retry, &retryIn)
+		}
 		kicks := c.kicks
-		if retry {
+		if timer != nil {
 			kicks = nil // newcomers wait for the retry
 		}
+		flush = true
 		select {
 		case <-kicks:
 		case <-timer:
@@ -65,6 +70,10 @@ func (c *conn) runSharded() {
 			if links[ev.l.addr] == ev.l {
 				c.dropLink(links, ev.l, true)
 			}
+			// A link lost while a retry is pending (most often the one
+			// just dialled to a node that is down) waits for that retry:
+			// flushing at once would redial the node in a tight loop.
+			flush = timer == nil
 		case <-ctx.Done():
 			return
 		}
@@ -156,6 +165,7 @@ func (c *conn) dropLink(links map[string]*link, l *link, broken bool) {
 	defer c.mu.Unlock()
 	if broken {
 		c.reconnects++
+		c.noteLinkFailed(l.addr)
 		// The master may be gone: ask for its slots' owners afresh.
 		for slot, addr := range c.slotOwner {
 			if addr == l.addr {
@@ -243,7 +253,7 @@ func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost c
 	for range maxRedirects {
 		node := nodes[addr]
 		if node == nil {
-			addr = guessNode(links, nodes)
+			addr = c.guessNode(links, nodes)
 			if node = nodes[addr]; node == nil {
 				c.requeue(es, errors.New("pubsub: no cluster node known"))
 				return false
@@ -264,6 +274,7 @@ func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost c
 			}
 		}
 		if err == nil {
+			delete(c.linkFailedAt, addr)
 			c.mu.Lock()
 			if c.slotOwner == nil {
 				c.slotOwner = map[uint16]string{}
@@ -287,6 +298,7 @@ func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost c
 			}
 		case !isRedis:
 			// The connection failed: its loss is reported on lost; retry.
+			c.noteLinkFailed(addr)
 			c.requeue(es, err)
 			return false
 		default:
@@ -317,10 +329,18 @@ func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost c
 }
 
 // guessNode picks a node for a slot whose master is not known: one already
-// connected, else the first by address. A wrong guess answers MOVED.
-func guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
+// connected, else the first by address; a node whose link failed lately
+// only when every node's did (then the one that failed longest ago), so
+// that a dead node does not keep the slots of live ones from being
+// subscribed. A wrong guess answers MOVED.
+func (c *conn) guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
+	for addr := range c.linkFailedAt {
+		if nodes[addr] == nil {
+			delete(c.linkFailedAt, addr) // gone from the topology
+		}
+	}
 	for addr := range links {
-		if nodes[addr] != nil {
+		if _, failed := c.linkFailedAt[addr]; nodes[addr] != nil && !failed {
 			return addr
 		}
 	}
@@ -329,10 +349,26 @@ func guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
 		addrs = append(addrs, addr)
 	}
 	sort.Strings(addrs)
-	if len(addrs) == 0 {
-		return ""
+	best := ""
+	for _, addr := range addrs {
+		at, failed := c.linkFailedAt[addr]
+		if !failed {
+			return addr
+		}
+		if best == "" || at.Before(c.linkFailedAt[best]) {
+			best = addr
+		}
 	}
-	return addrs[0]
+	return best
+}
+
+// noteLinkFailed records that a link to addr broke or could not subscribe
+// (see guessNode).
+func (c *conn) noteLinkFailed(addr string) {
+	if c.linkFailedAt == nil {
+		c.linkFailedAt = map[string]time.Time{}
+	}
+	c.linkFailedAt[addr] = time.Now()
 }
 
 // notMasterError reports a shard connection whose node turned out not to be
