@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ type conn struct {
 	// linkFailedAt: address -> when a shard link to it last failed; used by
 	// runSharded's goroutine only (see guessNode).
 	linkFailedAt map[string]time.Time
+	// dialledNodes is what nodes said when the connection was dialled; used
+	// by run's goroutine only (see await).
+	dialledNodes string
 }
 
 func newConn(m *Multiplexer) *conn {
@@ -336,6 +340,7 @@ func (c *conn) run() {
 }
 
 func (c *conn) dial() (rueidis.DedicatedClient, <-chan error) {
+	c.dialledNodes = c.nodes() // before Dedicate: a switch in between is seen
 	dc, _ := c.mux.client.Dedicate()
 	return dc, dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage})
 }
@@ -398,15 +403,56 @@ func (c *conn) serve(ctx context.Context, dc rueidis.DedicatedClient, lost <-cha
 			// error: newcomers wait for the retry.
 			kicks = nil
 		}
-		select {
-		case <-kicks:
-		case <-timer:
-		case <-lost:
-			return dc, errors.New("pubsub: connection lost")
-		case <-ctx.Done():
-			return dc, ctx.Err()
+		if err := c.await(ctx, kicks, timer, lost); err != nil {
+			return dc, err
 		}
 	}
+}
+
+// masterCheckEvery is how often a connection of a Sentinel client checks
+// that the client still names the master it was dialled to.
+const masterCheckEvery = 200 * time.Millisecond
+
+// await waits for a kick, the retry timer, the connection's loss or the
+// end of ctx. With a Sentinel client it also ends when the client has moved
+// to another master: rueidis moves its pool on +switch-master, but leaves a
+// dedicated connection where it is, and after a planned failover the old
+// master goes on accepting subscriptions for as long as the Sentinels take to
+// demote it (seconds), where no release publishes any more.
+func (c *conn) await(ctx context.Context, kicks <-chan struct{}, timer <-chan time.Time, lost <-chan error) error {
+	var check <-chan time.Time
+	if c.mux.client.Mode() == rueidis.ClientModeSentinel {
+		t := time.NewTicker(masterCheckEvery)
+		defer t.Stop()
+		check = t.C
+	}
+	for {
+		select {
+		case <-kicks:
+			return nil
+		case <-timer:
+			return nil
+		case <-lost:
+			return errors.New("pubsub: connection lost")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-check:
+			if now := c.nodes(); now != c.dialledNodes {
+				return fmt.Errorf("pubsub: the client moved from %s to %s", c.dialledNodes, now)
+			}
+		}
+	}
+}
+
+// nodes names the nodes the client sends to (for a Sentinel client, the
+// master it follows, and a replica with SendToReplicas).
+func (c *conn) nodes() string {
+	addrs := make([]string, 0, 2)
+	for addr := range c.mux.client.Nodes() {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	return strings.Join(addrs, ",")
 }
 
 // flush sends the pending SUBSCRIBEs. A connection error is returned; retry
