@@ -33,8 +33,9 @@ func (c *Client) LastRenewRound() RenewRound {
 
 // runWatchdog renews every watchdog hold of the Client each third of the
 // watchdog timeout. A renewal that finds a hold gone ends it with
-// ErrLeaseLost; a renewal that fails leaves the hold to its expiry timer,
-// which fires when the last confirmed lease runs out.
+// ErrLeaseLost; a renewal that fails is tried again within the period (see
+// renewRetries), and a hold whose renewals keep failing is left to its
+// expiry timer, which fires when the last confirmed lease runs out.
 func (c *Client) runWatchdog() {
 	defer c.bg.Done()
 	period := c.Cfg.WatchdogTimeout / 3
@@ -43,12 +44,20 @@ func (c *Client) runWatchdog() {
 	claims := time.NewTimer(time.Hour)
 	claims.Stop()
 	defer claims.Stop()
+	retry := &renewRetries{timer: time.NewTimer(time.Hour)}
+	retry.timer.Stop()
+	defer retry.timer.Stop()
 	for {
 		select {
 		case <-ticker.C:
 			// A slow renewal is still worth having while the lease lasts:
 			// give it two periods (a third of the lease stays as margin).
-			c.renewAll(2 * period)
+			failed := c.renewAll(2 * period)
+			retry.until = time.Now().Add(period)
+			retry.arm(failed, renewRetryMin)
+		case <-retry.timer.C:
+			failed := c.renewAgain(retry.holds, 2*period)
+			retry.arm(failed, 2*retry.wait)
 		case <-c.claimWake:
 			c.armClaims(claims)
 		case <-claims.C:
@@ -58,6 +67,41 @@ func (c *Client) runWatchdog() {
 			return
 		}
 	}
+}
+
+// renewRetryMin is how soon a renewal that failed is first tried again. A
+// connection broken by a restart of Redis (which, persisting every write,
+// kept the lease) fails the first command sent on it, and the next period
+// may come too late for a lease of a second or so.
+const renewRetryMin = 20 * time.Millisecond
+
+// renewRetries are the holds whose renewal failed in the watchdog's last
+// round: each try that fails waits twice as long as the one before, until
+// the next round, which renews them anyway.
+type renewRetries struct {
+	timer *time.Timer
+	holds []*Hold
+	wait  time.Duration
+	until time.Time // when the next round is due
+}
+
+// arm schedules a try of holds in wait, unless none failed or the next round
+// comes first.
+func (r *renewRetries) arm(holds []*Hold, wait time.Duration) {
+	r.timer.Stop()
+	r.holds, r.wait = holds, wait
+	if len(holds) > 0 && time.Now().Add(wait).Before(r.until) {
+		r.timer.Reset(wait)
+	}
+}
+
+// renewAgain sends the renewals of holds (those the watchdog still renews)
+// again, and returns those that failed again.
+func (c *Client) renewAgain(holds []*Hold, budget time.Duration) (failed []*Hold) {
+	ctx, cancel := context.WithTimeout(c.BackgroundContext(), budget)
+	defer cancel()
+	c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, func(h *Hold) { failed = append(failed, h) })
+	return failed
 }
 
 // renewal is one script call of a round: a batch of holds of one Kind (and,
@@ -77,8 +121,9 @@ type batchKey struct {
 }
 
 // renewAll sends one round of renewals of every hold the watchdog renews (see
-// renewHolds) and records it for LastRenewRound.
-func (c *Client) renewAll(budget time.Duration) {
+// renewHolds), records it for LastRenewRound, and returns the holds whose
+// renewal failed.
+func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 	c.mu.Lock()
 	holds := make([]*Hold, 0, len(c.holds))
 	for h := range c.holds {
@@ -88,12 +133,13 @@ func (c *Client) renewAll(budget time.Duration) {
 	ctx, cancel := context.WithTimeout(c.BackgroundContext(), budget)
 	defer cancel()
 	start := time.Now()
-	held, scripts := c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, nil)
+	held, scripts := c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, func(h *Hold) { failed = append(failed, h) })
 	if scripts == 0 {
-		return
+		return nil
 	}
 	n := c.LastRenewRound().N + 1 // only the watchdog goroutine stores rounds
 	c.lastRound.Store(&RenewRound{N: n, Holds: held, Scripts: scripts, Took: time.Since(start)})
+	return failed
 }
 
 // renewHolds renews those of holds the watchdog still renews to lease:
