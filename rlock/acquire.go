@@ -433,6 +433,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.Ctx = lockCtx
 		h.SetCount(1)
 		h.LateAttempts = p.late
+		m.giveBackOnLapse(h)
 		if !m.c.Register(h) {
 			h.End(ErrUnlocked)
 			m.t.abortTransit(m.name)
@@ -449,6 +450,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	h.Ctx = lockCtx
 	h.SetCount(a.reply.count)
 	h.LateAttempts = a.uncertain
+	m.giveBackOnLapse(h)
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)

@@ -279,6 +279,12 @@ func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	h.Ctx = lockCtx
 	h.SetCount(a.count)
 	h.LateAttempts = a.uncertain
+	h.GiveBack = func(ctx context.Context) error {
+		lease, _ := h.Lease()
+		err := rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, h.LateAttempts)
+		rw.c.NoteError(err)
+		return err
+	}
 	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
 		h.End(ErrUnlocked)
 		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)

@@ -255,6 +255,18 @@ func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error
 	return n == 1, err
 }
 
+// giveBackOnLapse has h's owner field freed in Redis if h lapses while a
+// renewal or claim extension may have run (see core.Hold.GiveBack): abandon
+// frees it whatever its lease and count, and leaves another owner alone.
+func (m *Mutex) giveBackOnLapse(h *core.Hold) {
+	h.GiveBack = func(ctx context.Context) error {
+		lease, _ := h.Lease()
+		err := abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, h.LateAttempts)
+		m.c.NoteError(err)
+		return err
+	}
+}
+
 // mutexKind renews Mutex holds for the watchdog.
 var mutexKind = &core.Kind{Name: "mutex", Script: lua.Renew, Args: renewArgs}
 

@@ -218,6 +218,7 @@ func (m *Mutex) handOn(p *cohortPass) {
 	h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
 	h.SetCount(1)
 	h.LateAttempts = p.late
+	m.giveBackOnLapse(h)
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		m.t.abortTransit(m.name) // closing: the lock expires in Redis

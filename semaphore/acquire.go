@@ -410,6 +410,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
 	h.Ctx = permitCtx
+	s.giveBackOnLapse(h)
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
 		h.End(ErrReleased)
 		a.traced = true

@@ -159,6 +159,12 @@ func (s *Semaphore) abandonScript(ctx context.Context, id, entry string) error {
 	return err
 }
 
+// giveBackOnLapse has h's permits freed in Redis if h lapses while a renewal
+// or claim extension may have run (see core.Hold.GiveBack).
+func (s *Semaphore) giveBackOnLapse(h *core.Hold) {
+	h.GiveBack = func(ctx context.Context) error { return s.abandonScript(ctx, h.Owner, "") }
+}
+
 // newSecret returns a waiter's secret: 128 random bits in hex, the proof a
 // grant message must carry (see sem_lib.lua).
 func newSecret() string {

@@ -428,6 +428,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(permitKind, s.keys.permits, p.id, 0, p.lease, true, cancel)
 	h.Ctx = permitCtx
+	s.giveBackOnLapse(h)
 	if !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.turns.abortTransit(s.name)
@@ -447,6 +448,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 func (s *Semaphore) handOn(p *lease) {
 	permitCtx, cancel := context.WithCancelCause(context.Background())
 	h := s.c.NewHold(permitKind, s.keys.permits, p.id, 0, p.lease, true, cancel)
+	s.giveBackOnLapse(h)
 	if !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.turns.abortTransit(s.name)

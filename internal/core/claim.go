@@ -16,7 +16,9 @@ import (
 // window after the grant: a hold released before that never pays for it.
 // Until that renewal is applied, the hold's validity is the claim window,
 // dated like any grant (from a command sent before it), so it never outruns
-// Redis; a claim that lapses ends the hold with ErrLeaseLost.
+// Redis; a claim that lapses ends the hold with ErrLeaseLost, and gives the
+// lock back if the extension may have run (its reply late or lost, see
+// Hold.GiveBack), so that the next waiter does not wait out a whole lease.
 
 // claimSlack lets claims due this close together share one renewal.
 const claimSlack = 100 * time.Millisecond

@@ -58,6 +58,11 @@ type Hold struct {
 	// in Redis (its reply was lost), so freeing the field must leave a
 	// tombstone against it. Set before Register.
 	LateAttempts bool
+	// GiveBack, when set (before Start), frees the hold's owner field in
+	// Redis: an owner-checked abandon, idempotent, that frees it whether or
+	// not a command that extended its lease ran. It runs in the background
+	// when the hold lapses while such a command may have run (see lapse).
+	GiveBack func(ctx context.Context) error
 	// Ctx, when set (after NewHold), is the context that End cancels (see
 	// LockContext), without the value that carries the hold: what a
 	// context.AfterFunc may wait on without keeping the lock context, which
@@ -147,7 +152,29 @@ func (h *Hold) StartFrom(until time.Time, epoch uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.until, h.epoch = until, epoch
-	h.expiry = time.AfterFunc(time.Until(until), func() { h.End(h.leaseLost()) })
+	h.expiry = time.AfterFunc(time.Until(until), h.lapse)
+}
+
+// lapse ends h when its last confirmed lease ran out. A command sent since
+// (a claim extension or renewal whose reply came late or was lost) may have
+// extended that lease in Redis: with nothing to give it back, the lock would
+// stay held by no one for up to the extended lease. A release in flight
+// answers for itself (see Unlock).
+func (h *Hold) lapse() {
+	h.mu.Lock()
+	if h.ended || time.Now().Before(h.until) {
+		h.mu.Unlock() // extended as the timer fired: it is armed again
+		return
+	}
+	unsure := h.sent > h.applied && h.releasing == 0
+	h.mu.Unlock()
+	if !h.end(h.leaseLost()) || !unsure || h.GiveBack == nil {
+		return
+	}
+	c, giveBack := h.c, h.GiveBack
+	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		_ = RetryTransient(ctx, func() error { return giveBack(ctx) })
+	})
 }
 
 // ValidUntil is when the hold's last confirmed lease runs out, less the drift
@@ -268,11 +295,14 @@ func (h *Hold) gone() {
 
 // End finishes the hold once: stops its timer, unregisters it and cancels its
 // context with cause.
-func (h *Hold) End(cause error) {
+func (h *Hold) End(cause error) { h.end(cause) }
+
+// end is End, reporting whether this call ended the hold.
+func (h *Hold) end(cause error) bool {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	h.ended, h.cause = true, cause
 	h.renew = false
@@ -292,6 +322,7 @@ func (h *Hold) End(cause error) {
 	if onEnd != nil {
 		onEnd()
 	}
+	return true
 }
 
 // OnEnd arranges for f to run once the hold ends, in the goroutine that ends
