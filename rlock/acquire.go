@@ -156,11 +156,21 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return lockCtx, err
 		}
 	}
-	startWait()
+	// A wait that no attempt of this call preceded starts its timeout once
+	// its own first attempt has returned: however short the timeout, Redis
+	// has its say (the lock is taken, or Redis cannot be reached) before it
+	// ends the call.
+	var timeout time.Duration
+	if firstAttempt || cancelWait != nil {
+		startWait()
+	} else if lc.waitSet {
+		timeout = lc.waitTimeout
+	}
+	cause := &waitTimeoutError{lc.waitTimeout}
 	if early != nil {
-		err = m.c.WaitWith(waitCtx, early, a.try)
+		err = m.c.WaitWithin(waitCtx, timeout, cause, early, a.try)
 	} else {
-		err = m.c.WaitFor(waitCtx, m.keys.grants, 1, a.try)
+		err = m.c.WaitForWithin(waitCtx, timeout, cause, m.keys.grants, 1, a.try)
 	}
 	if err != nil {
 		// Give up our place in the queue (and anything the last attempt
@@ -263,10 +273,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
 	if err != nil {
 		c.NoteError(err)
-		// Not the wait ending mid-call (rueidis may report the deadline of a
-		// blocking WAIT a moment before ctx does: keep the reason the
-		// attempts before it failed).
-		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
+		// Unless it says nothing of Redis (the wait ending mid-call, another
+		// caller's deadline closing the connection): then what the attempts
+		// before it learned stands.
+		if !core.SaysNothing(ctx, err) {
 			a.lastErr, a.sawHolder = err, false
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
@@ -403,6 +413,9 @@ func (a *acquisition) failure(err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
+	case !waitOver && core.Transient(err):
+		// One attempt (TryLock), and Redis could not be reached.
+		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
 	case !waitOver:
 		return m.wrap("lock", err)
 	case a.lastErr != nil && errors.Is(err, a.lastErr):
@@ -414,6 +427,9 @@ func (a *acquisition) failure(err error) error {
 		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, timeout.d, context.DeadlineExceeded)
 	case timedOut:
 		return fmt.Errorf("%w: lock %q: no answer from Redis: %w", ErrUnavailable, m.name, err)
+	case a.sawHolder && errors.Is(err, context.DeadlineExceeded):
+		// ctx's own deadline ended a wait behind another owner.
+		return fmt.Errorf("%w: %q: %w", ErrLocked, m.name, core.Inner(err))
 	}
 	return m.wrap("lock", err)
 }

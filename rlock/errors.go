@@ -9,7 +9,8 @@ import (
 // Errors returned (wrapped, with detail) by this package. Check them with errors.Is.
 var (
 	// ErrLocked reports that another owner holds the lock: TryLock's answer, and
-	// Lock's when its WithWaitTimeout runs out.
+	// Lock's when its WithWaitTimeout runs out (or ctx's deadline, which the
+	// error matches too) after Redis said so.
 	ErrLocked = errors.New("rlock: locked by another owner")
 	// ErrNotHeld reports that the context passed does not hold the lock (it never
 	// did, was already fully unlocked, or the lease ran out). The usual mistake
@@ -38,8 +39,8 @@ var (
 	ErrInvalidOption = errors.New("rlock: invalid option")
 	// ErrClosed reports use of a Client after Close.
 	ErrClosed = core.ErrClosed
-	// ErrUnavailable reports a Lock that ended while Redis could not be
-	// reached (or refused the command): the error also wraps the last
+	// ErrUnavailable reports a Lock (or TryLock) that ended while Redis could
+	// not be reached (or refused the command): the error also wraps the last
 	// connection or Redis error, so errors.Is finds, say, syscall.ECONNREFUSED.
 	// ErrLocked is reported only when Redis said another owner holds the lock.
 	ErrUnavailable = core.ErrUnavailable

@@ -62,8 +62,10 @@ func (m *Mutex) Name() string { return m.name }
 // context is garbage (see Lock context in the package documentation). Without
 // WithLease the watchdog renews the lease until Unlock. On failure nothing is
 // held and nothing is left behind in Redis; the error matches ctx's error when
-// ctx ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout
-// ran out.
+// ctx ended (and ErrLocked too when ctx's deadline ended a wait behind another
+// owner), ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
+// out, and ErrUnavailable (wrapping the last connection error) when the wait
+// ended while Redis could not be reached.
 //
 // If ctx already holds the lock, Lock re-enters at once and returns ctx.
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
@@ -71,8 +73,9 @@ func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, 
 }
 
 // TryLock makes one attempt. It returns the lock context as Lock does, or an
-// error matching ErrLocked if another owner holds the lock. A context that
-// already holds the lock re-enters.
+// error matching ErrLocked if another owner holds the lock, or ErrUnavailable
+// (wrapping the connection error) if Redis could not be reached. A context
+// that already holds the lock re-enters.
 func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return m.lock(ctx, false, opts)
 }

@@ -334,8 +334,11 @@ func WithLease(d time.Duration) LockOption {
 // WithWaitTimeout bounds how long Lock waits for the lock, without bounding the
 // hold: the lock context ends with the hold only, not with this timeout (nor
 // with Lock's ctx).
-// When it runs out, Lock fails with an error matching ErrLocked and
-// context.DeadlineExceeded. Default: wait until ctx is done.
+// It starts once Lock has had an answer from Redis (ctx alone bounds that
+// first round trip), so however short, it ends a Lock only after Redis said
+// another owner holds the lock: when it runs out, Lock fails with an error
+// matching ErrLocked and context.DeadlineExceeded (ErrUnavailable instead
+// when Redis could no longer be reached). Default: wait until ctx is done.
 //
 // WithWaitTimeout(0) means one attempt and no wait, as TryLock (as in
 // Redisson, where a wait time of 0 tries once): when another owner holds the

@@ -163,8 +163,8 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		enqueue: w != nil, via: a.via, persist: a.persist})
 	if err != nil {
 		c.NoteError(err)
-		// Not the wait ending mid-call (see acquisition.try).
-		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
+		// Unless it says nothing of Redis (see acquisition.try).
+		if !core.SaysNothing(ctx, err) {
 			a.lastErr, a.sawHolder = err, false
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
@@ -248,6 +248,9 @@ func (a *rwAcquisition) failure(err error) error {
 		return err
 	case errors.Is(err, errWriteHoldGone):
 		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
+	case !waitOver && core.Transient(err):
+		// One attempt (TryLock, TryRLock), and Redis could not be reached.
+		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)
 	case !waitOver:
 		return rw.wrap(what, err)
 	case a.lastErr != nil && errors.Is(err, a.lastErr):
@@ -259,6 +262,9 @@ func (a *rwAcquisition) failure(err error) error {
 		return fmt.Errorf("%w: %q (%s) after waiting %v: %w", ErrLocked, rw.name, what, timeout.d, context.DeadlineExceeded)
 	case timedOut:
 		return fmt.Errorf("%w: %s %q: no answer from Redis: %w", ErrUnavailable, what, rw.name, err)
+	case a.sawHolder && errors.Is(err, context.DeadlineExceeded):
+		// ctx's own deadline ended a wait behind another owner.
+		return fmt.Errorf("%w: %q (%s): %w", ErrLocked, rw.name, what, core.Inner(err))
 	}
 	return rw.wrap(what, err)
 }

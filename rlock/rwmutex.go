@@ -108,7 +108,7 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // renews the hold's own lease until RUnlock. On failure nothing is held and
 // nothing is left behind in Redis; the error matches ctx's error when ctx
 // ended, ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
-// out.
+// out, and otherwise as Mutex.Lock's.
 //
 // If ctx holds the read lock, RLock re-enters at once and returns ctx. If ctx
 // holds the write lock, RLock takes the read lock at once, whoever waits, so
@@ -121,8 +121,9 @@ func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Conte
 
 // TryRLock makes one attempt at the read lock. It returns the lock context as
 // RLock does, or an error matching ErrLocked when a writer holds the lock or
-// one is queued. A context that holds the read lock re-enters; one that
-// holds the write lock takes the read lock too.
+// one is queued, or ErrUnavailable when Redis could not be reached. A context
+// that holds the read lock re-enters; one that holds the write lock takes the
+// read lock too.
 func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.lock(ctx, false, false, opts)
 }
@@ -138,8 +139,9 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Co
 // values, ended by this hold only, as Mutex.Lock's); pass it, not ctx, to
 // Unlock. On failure nothing is held and nothing is left behind in Redis; the
 // error matches ctx's error when ctx ended, ErrLocked (and
-// context.DeadlineExceeded) when the wait timeout ran out, and ErrUpgrade, at
-// once, when ctx holds the read lock but not the write lock.
+// context.DeadlineExceeded) when the wait timeout ran out, ErrUpgrade, at
+// once, when ctx holds the read lock but not the write lock, and otherwise as
+// Mutex.Lock's.
 //
 // If ctx holds the write lock, Lock re-enters at once and returns ctx.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
@@ -148,8 +150,8 @@ func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Contex
 
 // TryLock makes one attempt at the write lock. It returns the lock context as
 // Lock does, or an error matching ErrLocked when another owner holds the lock
-// (as a reader or a writer) or someone is queued, and ErrUpgrade when ctx
-// holds the read lock only. A context that holds the write lock re-enters.
+// (as a reader or a writer) or someone is queued, ErrUnavailable when Redis
+// could not be reached, and ErrUpgrade when ctx holds the read lock only. A context that holds the write lock re-enters.
 func (rw *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.lock(ctx, true, false, opts)
 }

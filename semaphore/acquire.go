@@ -39,8 +39,11 @@ type permit struct {
 // by Release (cause ErrReleased) or when their lease is lost (ErrLeaseLost);
 // permits whose permit context the program drops without Release are released
 // once it is garbage. On failure nothing is held and the waiter's place
-// in the queue is given up; the error matches ctx's error when ctx ended,
+// in the queue is given up; the error matches ctx's error when ctx ended (and
+// ErrNoPermits too when ctx's deadline ended a wait behind other holders),
 // ErrNoPermits and context.DeadlineExceeded when the wait timeout ran out,
+// ErrUnavailable (wrapping the last connection error) when the wait ended
+// while Redis could not be reached,
 // ErrExceedsLimit when n is above the limit (at once, or when the limit is
 // lowered below n while waiting), ErrNoLimit when no limit is set, and
 // ErrNotReplicated when the Client was made with rlock.WithReplicaAck and too
@@ -52,7 +55,8 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption)
 }
 
 // TryAcquire makes one attempt to take n permits without waiting. It fails
-// with ErrNoPermits when they are not free now or when others are queued ahead.
+// with ErrNoPermits when they are not free now or when others are queued
+// ahead, and with ErrUnavailable when Redis could not be reached.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
 	return s.acquire(ctx, n, false, opts)
 }
@@ -151,39 +155,66 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 			// rlock.WithReplicaAckRetry).
 		case err != nil:
 			a.giveUp(ctx)
-			return nil, s.wrap("acquire", err)
+			return nil, a.failure(err)
 		case ok:
 			return a.hold(ctx)
 		case !wait:
 			return nil, fmt.Errorf("%w: %q has fewer than %d free, or waiters ahead", ErrNoPermits, s.name, n)
 		}
 	}
-	waitCtx := ctx
-	if a.cfg.waitSet {
+	// The wait timeout starts now, after the first attempt; without one (the
+	// channel was live), once the wait's own first attempt has returned:
+	// however short the timeout, Redis has its say before it ends the call.
+	waitCtx, timeout := ctx, time.Duration(0)
+	cause := fmt.Errorf("%w: %q after waiting %v: %w", ErrNoPermits, s.name, a.cfg.waitTimeout, context.DeadlineExceeded)
+	if a.cfg.waitSet && w == nil {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, a.cfg.waitTimeout,
-			fmt.Errorf("%w: %q after waiting %v: %w", ErrNoPermits, s.name, a.cfg.waitTimeout, context.DeadlineExceeded))
+		waitCtx, cancel = context.WithTimeoutCause(ctx, a.cfg.waitTimeout, cause)
 		defer cancel()
+	} else if a.cfg.waitSet {
+		timeout = a.cfg.waitTimeout
 	}
 	if w == nil {
 		w, err = s.subscribe(waitCtx, n)
 	}
 	if err == nil {
-		err = a.s.c.WaitWith(waitCtx, w, a.try)
+		err = a.s.c.WaitWithin(waitCtx, timeout, cause, w, a.try)
 	}
 	if err != nil {
 		a.giveUp(ctx)
-		if a.lastErr != nil && waitCtx.Err() != nil && !errors.Is(err, ErrClosed) {
-			// The wait ran out while Redis could not be reached: say so,
-			// rather than that no permits were free.
-			return nil, fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), waitCtx.Err(), a.lastErr)
-		}
-		if errors.Is(err, ErrNoPermits) || errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		return nil, s.wrap("acquire", err)
+		return nil, a.failure(err)
 	}
 	return a.hold(ctx)
+}
+
+// failure is the error of an Acquire that ends without the permits: ErrNoPermits
+// (when the wait ran out, or ctx's deadline ended it, after Redis said the
+// permits are taken) or ErrUnavailable (Redis could not be reached), or what
+// ended the call.
+func (a *acquisition) failure(err error) error {
+	s := a.s
+	waitOver := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case !waitOver && core.Transient(err):
+		// One attempt (TryAcquire), and Redis could not be reached.
+		return fmt.Errorf("semaphore: acquire %q: %w: %w", s.name, core.Inner(ErrUnavailable), err)
+	case waitOver && a.lastErr != nil:
+		// The wait ran out while Redis could not be reached: say so, rather
+		// than that no permits were free.
+		ctxErr := context.Canceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			ctxErr = context.DeadlineExceeded
+		}
+		return fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), ctxErr, a.lastErr)
+	case errors.Is(err, ErrNoPermits):
+		return err
+	case a.contended && errors.Is(err, context.DeadlineExceeded):
+		// ctx's own deadline ended a wait behind other holders.
+		return fmt.Errorf("%w: %q: %w", ErrNoPermits, s.name, err)
+	}
+	return s.wrap("acquire", err)
 }
 
 // subscribe joins this Client's grant channel for the semaphore, returning
@@ -310,10 +341,10 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		// error leaves its outcome unknown: the retry, under the same id,
 		// finds it out (sem_acquire.lua is idempotent per id).
 		a.traced = true
-		// Not the wait ending mid-call (rueidis may report the deadline of a
-		// blocking WAIT a moment before ctx does: keep the reason the
-		// attempts before it failed).
-		if ctx.Err() == nil && !(errors.Is(err, context.DeadlineExceeded) && errors.Is(a.lastErr, ErrNotReplicated)) {
+		// Unless it says nothing of Redis (the wait ending mid-call, another
+		// caller's deadline closing the connection): then what the attempts
+		// before it learned stands.
+		if !core.SaysNothing(ctx, err) {
 			a.lastErr = err
 		}
 		if _, isRedis := rueidis.IsRedisErr(err); !isRedis {

@@ -68,8 +68,11 @@ func WithLease(d time.Duration) AcquireOption {
 }
 
 // WithWaitTimeout bounds how long Acquire waits, without bounding the hold.
-// When it runs out Acquire fails with an error matching ErrNoPermits and
-// context.DeadlineExceeded. Default: wait until ctx is done.
+// It starts once Acquire has had an answer from Redis (ctx alone bounds that
+// first round trip), so however short, it ends an Acquire only after Redis
+// said the permits are taken: when it runs out Acquire fails with an error
+// matching ErrNoPermits and context.DeadlineExceeded (ErrUnavailable instead
+// when Redis could no longer be reached). Default: wait until ctx is done.
 //
 // WithWaitTimeout(0) means one attempt and no wait, as TryAcquire: when the
 // permits are not free the error matches ErrNoPermits. Negative values are

@@ -33,7 +33,20 @@ type Attempt func(ctx context.Context) (ok bool, retryIn time.Duration, err erro
 //
 // The Waiter is passed to try, which may tag it (see pubsubx.SetTag) so
 // that a release can wake it by name.
-func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
+func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try TryFunc) error {
+	return c.WaitForWithin(ctx, 0, nil, channel, weight, try)
+}
+
+// TryFunc is one attempt of a wait (see WaitFor).
+type TryFunc = func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)
+
+// WaitForWithin is WaitFor bounded by a wait timeout besides ctx (none when
+// timeout is 0), which starts once the wait's first try has returned: for a
+// call that made no attempt before its wait, so that however short the
+// timeout, Redis answers once before it can end the call (and the call
+// learns whether the lock is taken, or Redis cannot be reached). The wait's
+// context ends with cause when the timeout runs out. ctx bounds everything.
+func (c *Client) WaitForWithin(ctx context.Context, timeout time.Duration, cause error, channel string, weight int64, try TryFunc) error {
 	w, err := c.Mux.SubscribeWeighted(ctx, channel, weight)
 	if err != nil {
 		if c.IsClosed() {
@@ -45,7 +58,7 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 		}
 		return err
 	}
-	return c.WaitWith(ctx, w, try)
+	return c.WaitWithin(ctx, timeout, cause, w, try)
 }
 
 // WaitWith is WaitFor on a Waiter subscribed (and perhaps tagged) already;
@@ -54,15 +67,27 @@ func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try 
 // GrantChannel), where every message names the one Waiter it is for, and a
 // wake-up passed on would only make a listener (a cohort's watch) doubt its
 // hold.
-func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)) error {
-	defer w.Leave(true)
+func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try TryFunc) error {
+	return c.WaitWithin(ctx, 0, nil, w, try)
+}
 
+// WaitWithin is WaitForWithin on a Waiter subscribed already (see WaitWith).
+func (c *Client) WaitWithin(ctx context.Context, timeout time.Duration, cause error, w *pubsub.Waiter, try TryFunc) error {
+	defer w.Leave(true)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lastErr error
 	backoff := time.Duration(0)
 	for {
 		ok, retryIn, err := try(ctx, w)
+		// (Not after another caller's deadline closed the connection: no
+		// answer yet.)
+		if timeout > 0 && !ok && (err == nil || !SaysNothing(ctx, err)) {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, timeout, cause)
+			defer cancel()
+			timeout = 0
+		}
 		switch {
 		case ok:
 			return nil
@@ -141,6 +166,16 @@ func Transient(err error) bool {
 	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, rueidis.ErrDoCacheAborted)
+}
+
+// SaysNothing tells whether err, an attempt's error from a call made with ctx,
+// says nothing of Redis: ctx ended, or err is a context error (ctx's
+// deadline, which rueidis may report, from a blocking WAIT say, a moment
+// before ctx does; or another caller's, which rueidis gives every command on
+// the connection that caller's deadline closed). What the attempts before it
+// learned still holds.
+func SaysNothing(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // Retryable tells errors of a call made with ctx worth retrying while ctx
