@@ -53,6 +53,9 @@ func newRWKeys(prefix, name, clientID string) rwKeys {
 // countsKey is the reader counts hash beside a readers zset (a read hold's Key).
 func countsKey(readers string) string { return readers + ":n" }
 
+// fenceKey is the fencing counter beside a readers zset (a read hold's Key).
+func fenceKey(readers string) string { return strings.TrimSuffix(readers, ":r") + ":fence" }
+
 func (k rwKeys) latch(requestID string) string { return k.writer + ":latch:" + requestID }
 
 func (k rwKeys) tombstone(owner string) string { return k.writer + ":gone:" + owner }
@@ -192,11 +195,11 @@ var (
 
 // rwRenewArgs are rw_renew.lua's keys and args for a batch of read holds.
 func rwRenewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) {
-	keys = make([]string, 0, 2*len(group))
+	keys = make([]string, 0, 3*len(group))
 	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for _, h := range group {
-		keys = append(keys, h.Key, countsKey(h.Key))
+		keys = append(keys, h.Key, countsKey(h.Key), fenceKey(h.Key))
 		args = append(args, h.Owner)
 	}
 	return keys, args

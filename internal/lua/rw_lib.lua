@@ -62,7 +62,9 @@
 -- and counts hash with their last reader's lease; the queue zsets and arrival
 -- counter with their last deadline; the fencing counter one lease (1s at
 -- least) past its last token, or past the time its value stands for when it
--- runs ahead of the clock (see mutex_tokens). A counter that expired restarts
+-- runs ahead of the clock (see mutex_tokens), and 1s past the last reader's
+-- lease (rw_keep_readers, rw_renew.lua), so that readers share one token
+-- while any of them holds. A counter that expired restarts
 -- from the server clock in microseconds, above every token it issued before.
 
 -- Bounds the waiters one script serves, so that no script runs long.
@@ -142,13 +144,22 @@ local function rw_reclaim(now)
   end
 end
 
--- Makes the readers zset and counts hash outlive a reader lease ending at at.
+-- Makes the readers zset and counts hash outlive a reader lease ending at at,
+-- and the fencing counter outlive it by MUTEX_FENCE_KEEP_MS: readers share
+-- the last writer's token (rw_token) for as long as any reader holds, however
+-- long after that token. Only ever later: the counter's expiry stays past the
+-- time its value stands for (see mutex_tokens). A counter with no expiry was
+-- not set by this library and is left so.
 local function rw_keep_readers(now, at)
   for i = 2, 3 do
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl ~= -2 and (pttl < 0 or now + pttl < at) then
       redis.call('PEXPIREAT', KEYS[i], at + 1)
     end
+  end
+  local pttl = redis.call('PTTL', KEYS[7])
+  if pttl >= 0 and now + pttl < at + MUTEX_FENCE_KEEP_MS then
+    redis.call('PEXPIREAT', KEYS[7], at + MUTEX_FENCE_KEEP_MS)
   end
 end
 

@@ -2,21 +2,25 @@
 -- (the watchdog's batch). Write holds are renewed by renew.lua, on the
 -- writer hash.
 --
--- KEYS[2i-1] readers zset of hold i (see rw_lib.lua)
--- KEYS[2i]   reader counts hash of hold i (same RWMutex)
+-- KEYS[3i-2] readers zset of hold i (see rw_lib.lua)
+-- KEYS[3i-1] reader counts hash of hold i (same RWMutex)
+-- KEYS[3i]   fencing counter of hold i (same RWMutex)
 -- ARGV[1]    lease in milliseconds
 -- ARGV[i+1]  owner field of hold i
 --
 -- Returns an array with one entry per hold: 1 when the reader still held its
 -- read lock and its lease was extended, 0 when the hold is gone or its lease
 -- already ran out (nothing is changed). The zset and hash are kept alive past
--- the new lease.
+-- the new lease, and the fencing counter 1s past it (as rw_keep_readers in
+-- rw_lib.lua does, which this script does not include): readers share the
+-- last writer's token while any of them holds.
+local FENCE_KEEP_MS = 1000 -- MUTEX_FENCE_KEEP_MS of mutex_lib.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = now + tonumber(ARGV[1])
 local renewed = {}
-for i = 1, #KEYS / 2 do
-  local readers, counts, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+for i = 1, #KEYS / 3 do
+  local readers, counts, fence, owner = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 1]
   local expiry = redis.call('ZSCORE', readers, owner)
   if expiry and tonumber(expiry) > now and redis.call('HEXISTS', counts, owner) == 1 then
     redis.call('ZADD', readers, 'XX', at, owner)
@@ -25,6 +29,10 @@ for i = 1, #KEYS / 2 do
       if pttl < 0 or now + pttl < at then
         redis.call('PEXPIREAT', key, at + 1)
       end
+    end
+    local pttl = redis.call('PTTL', fence)
+    if pttl >= 0 and now + pttl < at + FENCE_KEEP_MS then
+      redis.call('PEXPIREAT', fence, at + FENCE_KEEP_MS)
     end
     renewed[i] = 1
   else
