@@ -82,9 +82,14 @@ func (c *Client) Mutex(name string) *Mutex {
 }
 
 // FairMutex returns the lock called name in strict FIFO mode (Redisson's
-// RFairLock): every Lock call queues in Redis under its own owner id, and the
-// lock is acquired in the order of that queue, which is the order in which the
-// calls found the lock taken, across every goroutine of every process.
+// RFairLock): every Lock call that waits queues in Redis under its own owner
+// id, and the lock is acquired in the order of that queue, which is the order
+// in which the calls joined it, across every goroutine of every process. A
+// call joins it when it starts to wait: the first attempt, which finds the
+// lock taken, does not queue (a call whose Client already waits for the lock,
+// or did a moment ago, skips that attempt), and the call subscribes to its
+// wake-ups before it queues, so calls that found the lock taken within a
+// round trip or so of each other may be served in either order.
 //
 // The price is the cohort's savings: the goroutines of this Client do not
 // wait as a cohort, a hold is never passed to another goroutine of the Client
