@@ -102,9 +102,9 @@ func (c *Client) armClaims(timer *time.Timer) {
 }
 
 // extendClaims renews, in batches per Kind (and slot, see renewHolds), every
-// pending claim due within claimSlack, to the watchdog's lease. A renewal
-// that fails is tried again after claimRetry; one that finds the hold gone
-// ends it with ErrLeaseLost.
+// pending claim due within claimSlack, to the watchdog's lease, in a
+// background goroutine. A renewal that fails is tried again after
+// claimRetry; one that finds the hold gone ends it with ErrLeaseLost.
 func (c *Client) extendClaims() {
 	now := time.Now()
 	var due []*Hold
@@ -125,17 +125,33 @@ func (c *Client) extendClaims() {
 	if len(due) == 0 {
 		return
 	}
-	// Worth waiting for while the earliest validity lasts (the expiry timer
-	// ends that hold then anyway).
-	ctx, cancel := context.WithTimeout(c.BackgroundContext(), max(budget, claimRetry))
-	defer cancel()
-	c.renewHolds(ctx, due, c.Cfg.WatchdogTimeout, func(h *Hold) {
+	// In flight: not due again before its validity ends (the expiry timer
+	// ends it then anyway), unless the extension fails first.
+	for _, h := range due {
 		h.mu.Lock()
-		if h.claim > 0 {
-			h.claimDue = time.Now().Add(claimRetry)
-		}
+		h.claimDue = h.until
 		h.mu.Unlock()
-	})
+	}
+	// In a goroutine, so that a node that does not answer holds up neither
+	// the watchdog nor the claims of other nodes (see renewHolds).
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		// Worth waiting for while the earliest validity lasts.
+		ctx, cancel := context.WithTimeout(c.BackgroundContext(), max(budget, claimRetry))
+		defer cancel()
+		c.renewHolds(ctx, due, c.Cfg.WatchdogTimeout, func(h *Hold) {
+			h.mu.Lock()
+			if h.claim > 0 {
+				h.claimDue = time.Now().Add(claimRetry)
+			}
+			h.mu.Unlock()
+		})
+		select { // re-arm the watchdog's claim timer for the retries
+		case c.claimWake <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 // ParseNotice decodes the data of a message telling a queued waiter that what

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -36,6 +37,11 @@ func (c *Client) LastRenewRound() RenewRound {
 // ErrLeaseLost; a renewal that fails is tried again within the period (see
 // renewRetries), and a hold whose renewals keep failing is left to its
 // expiry timer, which fires when the last confirmed lease runs out.
+//
+// Rounds, their retries and claim extensions run in goroutines of their own
+// (see goRenew), and each sends the renewals of every slot on its own (see
+// renewHolds): a node that hangs holds up neither the loop below nor the
+// renewals of other nodes' holds, which apply as their replies come.
 func (c *Client) runWatchdog() {
 	defer c.bg.Done()
 	period := c.Cfg.WatchdogTimeout / 3
@@ -47,17 +53,24 @@ func (c *Client) runWatchdog() {
 	retry := &renewRetries{timer: time.NewTimer(time.Hour)}
 	retry.timer.Stop()
 	defer retry.timer.Stop()
+	done := make(chan renewDone)
 	for {
 		select {
 		case <-ticker.C:
 			// A slow renewal is still worth having while the lease lasts:
 			// give it two periods (a third of the lease stays as margin).
-			failed := c.renewAll(2 * period)
-			retry.until = time.Now().Add(period)
-			retry.arm(failed, renewRetryMin)
+			until := time.Now().Add(period)
+			c.goRenew(done, func() renewDone { return renewDone{c.renewAll(2 * period), until, false} })
 		case <-retry.timer.C:
-			failed := c.renewAgain(retry.holds, 2*period)
-			retry.arm(failed, 2*retry.wait)
+			holds, until := retry.holds, retry.until
+			c.goRenew(done, func() renewDone { return renewDone{c.renewAgain(holds, 2*period), until, true} })
+		case d := <-done:
+			wait := renewRetryMin
+			if d.again {
+				wait = 2 * retry.wait
+			}
+			retry.until = d.until
+			retry.arm(d.failed, wait)
 		case <-c.claimWake:
 			c.armClaims(claims)
 		case <-claims.C:
@@ -67,6 +80,29 @@ func (c *Client) runWatchdog() {
 			return
 		}
 	}
+}
+
+// renewDone is what a round or a retry reports back to the watchdog: the
+// holds whose renewal failed, when the next round is due, and whether it was
+// a retry.
+type renewDone struct {
+	failed []*Hold
+	until  time.Time
+	again  bool
+}
+
+// goRenew runs renew in a background goroutine and hands its result to
+// done, unless the Client closes first.
+func (c *Client) goRenew(done chan<- renewDone, renew func() renewDone) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		d := renew()
+		select {
+		case done <- d:
+		case <-c.closed:
+		}
+	}()
 }
 
 // renewRetryMin is how soon a renewal that failed is first tried again. A
@@ -137,8 +173,17 @@ func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 	if scripts == 0 {
 		return nil
 	}
-	n := c.LastRenewRound().N + 1 // only the watchdog goroutine stores rounds
-	c.lastRound.Store(&RenewRound{N: n, Holds: held, Scripts: scripts, Took: time.Since(start)})
+	took := time.Since(start)
+	for { // rounds may overlap (see runWatchdog): number them in order of ending
+		last := c.lastRound.Load()
+		n := uint64(1)
+		if last != nil {
+			n = last.N + 1
+		}
+		if c.lastRound.CompareAndSwap(last, &RenewRound{N: n, Holds: held, Scripts: scripts, Took: took}) {
+			break
+		}
+	}
 	return failed
 }
 
@@ -182,7 +227,54 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	if len(batches) == 0 {
 		return 0, 0
 	}
-	results := c.sendRenewals(ctx, batches)
+	lanes := [][]*renewal{batches}
+	if cluster {
+		lanes = bySlot(batches)
+	}
+	if len(lanes) == 1 {
+		c.applyRenewals(lanes[0], c.sendRenewals(ctx, lanes[0]), lease, failed)
+		return sent, len(batches)
+	}
+	// One lane per slot, each on its own: a node that does not answer
+	// holds up the renewals of its own slots only, and every other reply
+	// applies as it comes.
+	var mu sync.Mutex
+	report := func(h *Hold) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed(h)
+	}
+	if failed == nil {
+		report = nil
+	}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Go(func() { c.applyRenewals(lane, c.sendRenewals(ctx, lane), lease, report) })
+	}
+	wg.Wait()
+	return sent, len(batches)
+}
+
+// bySlot splits batches of a cluster client by the slot of their keys.
+func bySlot(batches []*renewal) [][]*renewal {
+	index := map[uint16]int{}
+	var lanes [][]*renewal
+	for _, b := range batches {
+		s := slot.Of(b.holds[0].Key)
+		i, ok := index[s]
+		if !ok {
+			i = len(lanes)
+			index[s] = i
+			lanes = append(lanes, nil)
+		}
+		lanes[i] = append(lanes[i], b)
+	}
+	return lanes
+}
+
+// applyRenewals applies the results of batches: a hold renewed, or found
+// gone; failed (if not nil) is called for each hold of a batch that failed.
+func (c *Client) applyRenewals(batches []*renewal, results []rueidis.RedisResult, lease time.Duration, failed func(*Hold)) {
 	for i, b := range batches {
 		renewed, err := results[i].AsIntSlice()
 		c.NoteError(err)
@@ -202,7 +294,6 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 			}
 		}
 	}
-	return sent, len(batches)
 }
 
 // sendRenewals runs every batch's script in one DoMulti, by EVALSHA, and
