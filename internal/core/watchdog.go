@@ -67,7 +67,7 @@ func (c *Client) runWatchdog() {
 		case d := <-done:
 			wait := renewRetryMin
 			if d.again {
-				wait = 2 * retry.wait
+				wait = min(2*retry.wait, renewRetryMax)
 			}
 			retry.until = d.until
 			retry.arm(d.failed, wait)
@@ -111,9 +111,15 @@ func (c *Client) goRenew(done chan<- renewDone, renew func() renewDone) {
 // may come too late for a lease of a second or so.
 const renewRetryMin = 20 * time.Millisecond
 
+// renewRetryMax caps the wait between retries of a failed renewal: a master
+// that failed over comes back (as its promoted replica, which rueidis finds
+// after the next error) at a moment nobody knows, and a retry soon after
+// keeps the hold if its last confirmed lease has not run out.
+const renewRetryMax = 250 * time.Millisecond
+
 // renewRetries are the holds whose renewal failed in the watchdog's last
-// round: each try that fails waits twice as long as the one before, until
-// the next round, which renews them anyway.
+// round: each try that fails waits twice as long as the one before (at most
+// renewRetryMax), until the next round, which renews them anyway.
 type renewRetries struct {
 	timer *time.Timer
 	holds []*Hold
