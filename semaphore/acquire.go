@@ -277,7 +277,11 @@ type acquisition struct {
 	// later one went unanswered). A grant to id ran after that request did,
 	// so a lease it granted started after queuedAt.
 	queuedAt core.Ticket
-	traced   bool // id may be queued or hold permits: abandon it on failure
+	// queuedArrival is the place that request reported: only a grant to it
+	// was made after it. One to an earlier place of id, read late or
+	// recorded and replayed, handed over permits that may be long gone.
+	queuedArrival uint64
+	traced        bool // id may be queued or hold permits: abandon it on failure
 	// lw is the call's place among its Client's waiters (see turns.go); nil
 	// when it takes no part in turns.
 	lw *localWaiter
@@ -366,7 +370,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	case 0:
 		a.contended = true
 		if w != nil {
-			a.queuedAt = t
+			a.queuedAt, a.queuedArrival = t, r.arrival
 		}
 		// Re-check by the earliest expiry, and at least as often as the
 		// script was told (see recheckCap), which keeps our place in the
@@ -403,11 +407,14 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // acquisition confirms a grant shorter than its lease the same way: the
 // watchdog, which extends claims, does not renew it. A message that proves
 // nothing (forged, garbled, for an id we no longer use) is ignored: the
-// caller re-checks with Redis.
+// caller re-checks with Redis. So is a grant to another place than the one
+// the last attempt reported: one the waiter let lapse, read late or replayed
+// by someone after it queued again under the same secret.
 func (a *acquisition) handedOff(data string) bool {
-	n, ok := parseGrant(data, a.secret)
+	g, ok := parseGrant(data, a.secret)
 	claim := a.claim()
-	if !ok || n != a.n || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > claim/2 || (claim < a.lease && !a.renew) {
+	if !ok || g.n != a.n || a.queuedAt.At().IsZero() || g.arrival != a.queuedArrival || time.Since(a.queuedAt.At()) > claim/2 ||
+		(claim < a.lease && !a.renew) {
 		return false
 	}
 	if a.s.c.Acking() {
@@ -416,7 +423,7 @@ func (a *acquisition) handedOff(data string) bool {
 		// permits it finds) followed by WAIT on ours, which covers it too.
 		return false
 	}
-	a.got, a.ticket = n, a.queuedAt
+	a.got, a.ticket = g.n, a.queuedAt
 	a.claimed = claim < a.lease
 	return true
 }

@@ -66,9 +66,11 @@
 // reaches one process whatever the number of processes waiting, and the
 // waiter holds the permits without another round trip. The message proves
 // itself with a MAC keyed by a random secret that only the waiter (and readers
-// of the semaphore's keys) know: anyone may publish on the channel, but a
-// forged or garbled message grants nothing; at most it wakes the waiter, which
-// then asks Redis.
+// of the semaphore's keys) know, over the number of the waiter's place in the
+// queue: anyone may publish on the channel, but a forged or garbled message
+// grants nothing, nor does a recorded grant published again (the waiter takes
+// only a grant to the place its last check reported, and a waiter that queues
+// again gets a new one); at most it wakes the waiter, which then asks Redis.
 //
 // A grant that reaches no subscriber means the waiter's process is gone: the
 // waiter is dropped from the queue and the next one served in the same step,

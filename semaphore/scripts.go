@@ -56,6 +56,9 @@ type acquireReply struct {
 	status int64 // 1 acquired, 0 not now, -2 abandoned id, -3 exceeds limit, -4 no limit, -5 not a lock's limit
 	value  int64 // permits acquired, ms to the earliest expiry, or the limit
 	before bool  // the id held the permits already (taken by an earlier request, or handed to it)
+	// arrival is the number of the place an attempt queued at (0 when it
+	// did not queue): a grant to that place names it (see parseGrant).
+	arrival uint64
 	// acked is how many replicas acknowledged an acquisition (WAIT, with
 	// rlock.WithReplicaAck; -1 when none was asked).
 	acked int64
@@ -120,8 +123,8 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 		r.value = vals[1]
 	case r.status == 1 && len(vals) == 3 && vals[1] > 0 && vals[2] == 1:
 		r.value, r.before = vals[1], true
-	case r.status == 0 && len(vals) == 2 && vals[1] >= -1:
-		r.value = vals[1]
+	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && vals[2] >= 0:
+		r.value, r.arrival = vals[1], uint64(vals[2])
 	case (r.status == -3 || r.status == -5) && len(vals) == 2:
 		r.value = vals[1]
 	case (r.status == -2 || r.status == -4) && len(vals) == 1:
@@ -173,26 +176,41 @@ func newSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
+// grant is a hand-off of permits to a queued waiter, as its message tells it.
+type grant struct {
+	n       int64  // permits granted
+	arrival uint64 // the arrival number of the place granted
+}
+
 // parseGrant decodes the data of a message handing permits to a queued waiter
-// (see sem_lib.lua): "n:mac", n the permits granted, a positive decimal, and
-// mac, which must be sha1hex(secret:n) for the waiter's secret. Anyone may
-// publish on the channel; without the secret no one can forge a grant.
-func parseGrant(data, secret string) (n int64, ok bool) {
-	count, mac, found := strings.Cut(data, ":")
-	if !found || len(count) == 0 || len(count) > 20 || len(mac) != 2*sha1.Size || secret == "" {
-		return 0, false
+// (see sem_lib.lua): "n:a:mac", n the permits granted and a the arrival
+// number of the place they were granted to, positive decimals, and mac, which
+// must be sha1hex(secret:n:a) for the waiter's secret. Anyone may publish on
+// the channel; without the secret no one can forge a grant or alter what it
+// says. A recorded grant published again proves itself still: the waiter
+// takes only one to the place its last attempt reported (see
+// acquisition.handedOff), and no place is given the number of another.
+func parseGrant(data, secret string) (g grant, ok bool) {
+	fields := strings.SplitN(data, ":", 3)
+	if len(fields) != 3 || secret == "" {
+		return grant{}, false
 	}
-	n, err := strconv.ParseInt(count, 10, 64)
-	if err != nil || n < 1 {
-		return 0, false
+	count, at, mac := fields[0], fields[1], fields[2]
+	if len(count) == 0 || len(count) > 20 || len(at) == 0 || len(at) > 20 || len(mac) != 2*sha1.Size {
+		return grant{}, false
 	}
-	sum := sha1.Sum([]byte(secret + ":" + count))
+	n, err1 := strconv.ParseInt(count, 10, 64)
+	arrival, err2 := strconv.ParseUint(at, 10, 64)
+	if err1 != nil || err2 != nil || n < 1 || arrival == 0 {
+		return grant{}, false
+	}
+	sum := sha1.Sum([]byte(secret + ":" + count + ":" + at))
 	var want [2 * sha1.Size]byte
 	hex.Encode(want[:], sum[:])
 	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
-		return 0, false
+		return grant{}, false
 	}
-	return n, true
+	return grant{n: n, arrival: arrival}, true
 }
 
 // abandon gives up id (queued under entry, if at all), for a waiter that

@@ -32,9 +32,11 @@
 --   {1, n, 1}   the id already held n permits (an earlier request took them
 --               and its reply was lost, or they were handed to it while it
 --               waited); their lease was set again, from now
---   {0, wait}   not acquired (and queued if ARGV[7] is "1"); wait is the
---               milliseconds until the earliest held permit expires, -1 when
---               none is held
+--   {0, wait, arrival}  not acquired (and queued if ARGV[7] is "1"); wait
+--               is the milliseconds until the earliest held permit expires,
+--               -1 when none is held; arrival is the number of the waiter's
+--               place in the queue (0 when not queued): a grant to it names
+--               it (see sem_lib.lua)
 --   {-2}        this permit id was abandoned
 --   {-3, limit} more permits asked for than the limit (nothing queued)
 --   {-4}        no limit has been set
@@ -121,12 +123,16 @@ if st.first then
   wait = math.max(st.first - now, 0)
 end
 if want == 'all' or ARGV[7] ~= '1' then
-  return finish({0, wait})
+  return finish({0, wait, 0})
 end
 
 -- A waiter already queued keeps its arrival number.
-if fresh or not redis.call('ZSCORE', KEYS[4], entry) then
-  redis.call('ZADD', KEYS[4], 'NX', redis.call('HINCRBY', KEYS[1], 'seq', 1), entry)
+local arrival = not fresh and redis.call('ZSCORE', KEYS[4], entry)
+if arrival then
+  arrival = tonumber(arrival)
+else
+  arrival = sem_arrival()
+  redis.call('ZADD', KEYS[4], 'NX', arrival, entry)
 end
 if wait >= 0 then
   recheck = math.min(wait, recheck)
@@ -136,4 +142,4 @@ redis.call('ZADD', KEYS[5], deadline, entry)
 local last = math.max(sem_last(KEYS[5]), deadline)
 redis.call('PEXPIREAT', KEYS[4], last + 1)
 redis.call('PEXPIREAT', KEYS[5], last + 1)
-return finish({0, wait}, last)
+return finish({0, wait, arrival}, last)

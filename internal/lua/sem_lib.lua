@@ -2,7 +2,8 @@
 -- build time (see lua.go), so it declares functions only and touches no key.
 --
 -- Every semaphore script but sem_renew.lua receives the same first five KEYS:
---   KEYS[1] state hash: limit; used (permits held); seq (arrival counter); auto
+--   KEYS[1] state hash: limit; used (permits held); seq (arrival counter,
+--           see sem_arrival); auto
 --           (present when the limit was established by a script from the limit
 --           a Semaphore was configured with, rather than set by TrySetLimit or
 --           SetLimit); pexp (the expiry, server time in ms, of the permits zset
@@ -30,10 +31,14 @@
 -- the head asks for fits: from that moment the waiter holds them, with the lease
 -- of its entry, exactly as if it had taken them itself. Each is told on its own
 -- Client's grant channel (grant prefix .. client id, see core.GrantChannel):
---   '@' .. id .. ' ' .. n .. ':' .. sha1hex(secret .. ':' .. n)
--- Only that Client's process receives it, whatever the number of processes
+--   '@' .. id .. ' ' .. n .. ':' .. a .. ':' .. sha1hex(secret .. ':' .. n .. ':' .. a)
+-- where a is the arrival number of the place granted (see sem_arrival). Only
+-- that Client's process receives it, whatever the number of processes
 -- waiting, and anyone may publish on the channel, so the MAC proves the grant:
--- without the secret no one can make a waiter believe it holds permits. A
+-- without the secret no one can make a waiter believe it holds permits. The
+-- waiter takes only a grant to the place its last attempt reported: a grant it
+-- let lapse, recorded and published again after it queued anew (at a new
+-- place) under the same secret, proves nothing. A
 -- PUBLISH that reaches no subscriber means the waiter's Client is gone (its
 -- pub/sub connection closed, its process dead): the entry is dropped, nothing is
 -- granted to it, and the next waiter is served in the same script.
@@ -65,12 +70,14 @@ local SEM_HANDOFF_MAX = 100
 -- when the claim lapses (see sem_handoff).
 local SEM_CHASE = 2
 
--- The server time in milliseconds, read once per script call.
-local sem_clock
+-- The server time in milliseconds, read once per script call; sem_clock_us
+-- is the same reading in microseconds (below 2^53, exact as a Lua number).
+local sem_clock, sem_clock_us
 local function now_ms()
   if not sem_clock then
     local t = redis.call('TIME')
-    sem_clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    sem_clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    sem_clock = math.floor(sem_clock_us / 1000)
   end
   return sem_clock
 end
@@ -144,6 +151,24 @@ local function sem_take(id, n, at)
   end
 end
 
+-- Gives a new place in the queue its arrival number: above every number given
+-- before. The counter lives in the state hash (a place needs a limit, so the
+-- hash exists); one created afresh (the hash expired when idle, or was lost)
+-- starts from the server clock in microseconds, not from 1, above every number
+-- the one before gave while places were taken slower than one per microsecond
+-- (as for the Mutex's fencing counter, see mutex_tokens): a grant names the
+-- place it was made to (see the top of this file), and no place is ever given
+-- the number of another.
+local function sem_arrival()
+  local a = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  if a == 1 then
+    now_ms()
+    a = sem_clock_us
+    redis.call('HSET', KEYS[1], 'seq', string.format('%d', a))
+  end
+  return a
+end
+
 -- Returns the permits of leases that ended to the pool; bounded per call so no
 -- script runs long. Sets st.first to the earliest lease left (nil for none).
 local function sem_reclaim(now)
@@ -198,8 +223,9 @@ local function sem_purge(now)
 end
 
 -- Returns the entries at the head of the queue, after forgetting lapsed
--- waiters: the head and up to SEM_CHASE behind it (the head once it leaves,
--- and so on), or nil when no one waits. Costs one command when no one waits.
+-- waiters: the head, its arrival number, and up to SEM_CHASE entries behind
+-- it (the head once it leaves, and so on), or nil when no one waits. Costs
+-- one command when no one waits.
 local function sem_head(now)
   local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   if not first[1] then
@@ -208,8 +234,12 @@ local function sem_head(now)
   if tonumber(first[2]) <= now then
     sem_purge(now)
   end
-  local entries = redis.call('ZRANGE', KEYS[4], 0, SEM_CHASE)
-  return table.remove(entries, 1), entries
+  local scored = redis.call('ZRANGE', KEYS[4], 0, SEM_CHASE, 'WITHSCORES')
+  local behind = {}
+  for i = 3, #scored, 2 do
+    behind[#behind + 1] = scored[i]
+  end
+  return scored[1], tonumber(scored[2]), behind
 end
 
 -- Splits an entry into id, permits, the time a grant runs for (the shorter of
@@ -271,8 +301,8 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       -- Every pass through the loop took the head out of the queue.
       return notice(behind)
     end
-    local head
-    head, behind = sem_head(now)
+    local head, arrival
+    head, arrival, behind = sem_head(now)
     if not head then
       return nil
     end
@@ -292,8 +322,8 @@ local function sem_handoff(now, publish, prefix, self, inspect)
     else
       sem_dequeue(head)
       -- %d: a number concatenated as is may print as 1e+12.
-      local count = string.format('%d', n)
-      local grant = count .. ':' .. redis.sha1hex(secret .. ':' .. count)
+      local grant = string.format('%d:%d', n, arrival)
+      grant = grant .. ':' .. redis.sha1hex(secret .. ':' .. grant)
       if lock_publish(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
         sem_take(id, n, now + ttl)
         if ttl < lease then
