@@ -177,7 +177,7 @@ func (c *conn) leave(w *Waiter, satisfied bool) {
 	if !satisfied {
 		// The leaver may have been woken for a release it will not act on.
 		for next := e.head; next != nil; next = next.next {
-			if next.signal() {
+			if next.wakeNow() {
 				break
 			}
 		}
@@ -248,7 +248,7 @@ func (c *conn) deliver(m rueidis.PubSubMessage) {
 	woken := 0
 	for w := e.head; w != nil; w = w.next {
 		if all {
-			w.signal()
+			w.wakeNow()
 			continue
 		}
 		if len(w.wake) > 0 || w.deaf {
@@ -259,7 +259,7 @@ func (c *conn) deliver(m rueidis.PubSubMessage) {
 		if woken > 0 && w.weight > budget {
 			break
 		}
-		w.signal()
+		w.wakeNow()
 		woken++
 		if budget -= w.weight; budget <= 0 {
 			break
@@ -269,7 +269,8 @@ func (c *conn) deliver(m rueidis.PubSubMessage) {
 
 // wakeTagged signals the Waiters of channel tagged tag that live here (a tag
 // names one owner, which may listen with more than one Waiter for a moment),
-// leaving data for them when there is any. An empty tag names no one: an
+// offering them the data, if any (which they keep or not by their rule, see
+// Waiter.setTagKeeping). An empty tag names no one: an
 // untagged Waiter is never addressed.
 func (c *conn) wakeTagged(channel, tag, data string) {
 	if tag == "" {
@@ -280,9 +281,7 @@ func (c *conn) wakeTagged(channel, tag, data string) {
 	if e := c.entries[channel]; e != nil {
 		for w := e.head; w != nil; w = w.next {
 			if w.tag == tag {
-				if data != "" {
-					w.data = data
-				}
+				w.offer(data)
 				w.signal()
 			}
 		}
@@ -568,7 +567,7 @@ func (c *conn) settle(es []*entry, refusal error, l *link) {
 			// lost: every waiter re-checks now rather than sitting out its lease.
 			e.wake = false
 			for w := e.head; w != nil; w = w.next {
-				w.signal()
+				w.wakeNow()
 			}
 		}
 	}
@@ -659,7 +658,7 @@ func (c *conn) retire(ctx context.Context, old rueidis.DedicatedClient) (rueidis
 			if fenceErr != nil {
 				// old may have dropped messages: re-check.
 				for w := e.head; w != nil; w = w.next {
-					w.signal()
+					w.wakeNow()
 				}
 			}
 		case !e.confirmed:

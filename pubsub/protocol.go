@@ -8,6 +8,7 @@ import "github.com/relockio/relock/internal/pubsubx/hook"
 func init() {
 	hook.SubscribeIfLive = (*Multiplexer).subscribeIfLive
 	hook.SetTag = (*Waiter).setTag
+	hook.SetTagKeeping = (*Waiter).setTagKeeping
 	hook.TakeData = (*Waiter).takeData
 	hook.IgnoreBudget = (*Waiter).ignoreBudget
 }

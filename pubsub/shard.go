@@ -152,7 +152,7 @@ func (c *conn) unconfirm(e *entry) {
 	e.wake = true
 	c.toSub = append(c.toSub, e)
 	for w := e.head; w != nil; w = w.next {
-		w.signal()
+		w.wakeNow()
 	}
 }
 

@@ -1,6 +1,10 @@
 package pubsub
 
-import "context"
+import (
+	"context"
+
+	"github.com/relockio/relock/internal/pubsubx/hook"
+)
 
 // Waiter is one goroutine's place in the queue of a channel. It is created by
 // Multiplexer.Subscribe (or SubscribeWeighted) and must be left with Leave
@@ -12,9 +16,12 @@ type Waiter struct {
 	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
 	weight int64
 	tag    string // guarded by conn.mu; see setTag
-	data   string // payload of the last addressed message, guarded by conn.mu
-	entry  *entry
-	conn   *conn
+	data   string // payload of the addressed message kept, guarded by conn.mu
+	// keep, when set, decides which payload the Waiter keeps (see
+	// setTagKeeping); guarded by conn.mu.
+	keep  func(held, next string) bool
+	entry *entry
+	conn  *conn
 	// Links of the channel's FIFO queue, guarded by conn.mu.
 	prev, next *Waiter
 	left       bool
@@ -92,20 +99,55 @@ func (w *Waiter) Leave(satisfied bool) {
 // wherever that waiter lives. An empty tag removes the name. Changing the tag
 // discards the data of messages addressed to the former one (see takeData).
 // The lock packages reach it through internal/pubsubx.
-func (w *Waiter) setTag(tag string) {
+func (w *Waiter) setTag(tag string) { w.setTagKeeping(tag, nil) }
+
+// setTagKeeping tags the Waiter as setTag does and sets the rule by which it
+// keeps the data of addressed messages until it takes them: with keep nil,
+// the last message's data (one without data leaves it); else a message
+// replaces the data held only when keep(held, next) is false, and one
+// without data, like every wake from a budget message or a resubscription,
+// offers hook.WakeData (a re-check now). Anyone may publish on a channel: a
+// message that proves nothing must not displace one that does, nor one
+// asking for an earlier re-check. keep runs on the connection's reading
+// goroutine, with the connection's lock held: it must be quick.
+func (w *Waiter) setTagKeeping(tag string, keep func(held, next string) bool) {
 	w.conn.mu.Lock()
 	if w.tag != tag {
 		w.data = ""
 	}
-	w.tag = tag
+	w.tag, w.keep = tag, keep
 	w.conn.mu.Unlock()
 }
 
-// takeData returns and clears the data of the last message addressed to the
-// Waiter's tag: a message "@" + tag + " " + data stores data before it wakes
-// the Waiter, so a Redis-side queue can hand the resource itself (a lock
-// granted, with its fencing token) along with the wake-up. It returns "" when
-// no such message came since the last call.
+// offer leaves data for the Waiter (see setTagKeeping); "" for a wake without
+// data. Called with conn.mu held.
+func (w *Waiter) offer(data string) {
+	if w.keep == nil {
+		if data != "" {
+			w.data = data
+		}
+		return
+	}
+	if data == "" {
+		data = hook.WakeData
+	}
+	if w.data == "" || !w.keep(w.data, data) {
+		w.data = data
+	}
+}
+
+// wakeNow wakes the Waiter to re-check now, as a message without data does.
+// Called with conn.mu held; it reports whether a new signal was delivered.
+func (w *Waiter) wakeNow() bool {
+	w.offer("")
+	return w.signal()
+}
+
+// takeData returns and clears the data of the message addressed to the
+// Waiter's tag that it kept (see setTagKeeping): a message "@" + tag + " " +
+// data stores data before it wakes the Waiter, so a Redis-side queue can hand
+// the resource itself (a lock granted, with its fencing token) along with the
+// wake-up. It returns "" when no such message came since the last call.
 func (w *Waiter) takeData() string {
 	w.conn.mu.Lock()
 	d := w.data

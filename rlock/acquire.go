@@ -246,7 +246,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 	}
 	if w != nil {
-		pubsubx.SetTag(w, a.owner) // a new owner id discards hand-offs to the old one
+		// A new owner id discards hand-offs to the old one.
+		pubsubx.SetTagKeeping(w, a.owner, a.keepData())
 		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			a.listen(w)
@@ -349,6 +350,20 @@ func (a *acquisition) handedOff(data string) bool {
 	a.ticket = a.queuedAt
 	a.claimed = claim < a.lease
 	return true
+}
+
+// keepData is the rule by which w keeps a message to this owner until try
+// takes it (see core.KeepData): a later message, which anyone may publish,
+// never displaces a hand-off proven with our secret, nor does a notice
+// displace a wake that re-checks sooner.
+func (a *acquisition) keepData() func(held, next string) bool { return keepHandOff(a.secret) }
+
+// keepHandOff is that rule for a waiter with secret.
+func keepHandOff(secret string) func(held, next string) bool {
+	return core.KeepData(func(data string) (uint64, bool) {
+		g, ok := parseGrant(data, secret)
+		return g.first, ok
+	}, MaxClaimWindow)
 }
 
 // giveUpOwner abandons the owner id of the call's attempts so far, when one

@@ -220,7 +220,9 @@
 // another round trip, a hand-off costs one message delivered to one process
 // however many wait, and no one can be starved by others that happen to retry
 // sooner. The message proves itself with a secret of the waiter's queue entry,
-// so a publisher on the channel can wake a waiter but grant it nothing. (Only an uncontended Lock, finding the lock free and no one queued,
+// so a publisher on the channel can wake a waiter but grant it nothing, nor
+// take away a hand-off the waiter has not read yet, nor make it re-check later
+// than it planned. (Only an uncontended Lock, finding the lock free and no one queued,
 // takes it at once.) Every wait is also bounded by the holder's remaining
 // lease, so a lost message costs at most one lease (the waiter's re-check then
 // finds the lock already its own, or, when that re-check comes after the

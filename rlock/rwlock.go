@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -122,6 +123,9 @@ type rwAcquisition struct {
 	// lease it grants starts later than queuedAt (see handedOff).
 	queuedAt      core.Ticket
 	queuedArrival uint64
+	// arrival is queuedArrival for keepData's rule, which runs on the
+	// pub/sub reading goroutine.
+	arrival atomic.Uint64
 	// claimed: the grant message granted the lock for the claim window only
 	// (see WithClaimWindow); the hold awaits its extension.
 	claimed bool
@@ -139,9 +143,9 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 	c := a.rw.c
 	if w != nil {
 		if a.write {
-			pubsubx.SetTag(w, a.owner) // a new owner id discards grants to the old one
+			pubsubx.SetTagKeeping(w, a.owner, a.keepData()) // a new owner id discards grants to the old one
 		} else {
-			pubsubx.SetTag(w, readTag)
+			pubsubx.SetTagKeeping(w, readTag, a.keepData())
 		}
 		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
@@ -173,6 +177,7 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 			// Only a round trip may confirm a grant from now on.
 			a.uncertain = true
 			a.queuedAt, a.queuedArrival = core.Ticket{}, 0
+			a.arrival.Store(0)
 		}
 		return false, 0, err
 	}
@@ -189,6 +194,7 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		retry := c.RetryAfter(r.wait)
 		if w != nil {
 			a.queuedAt, a.queuedArrival = t, r.arrival
+			a.arrival.Store(r.arrival)
 			// Re-check often enough to keep our place (see Mutex).
 			retry = min(retry, recheckCap(c))
 			a.recheckBy = time.Now().Add(retry)
@@ -198,6 +204,7 @@ func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.D
 		return false, 0, fmt.Errorf("%w: %w", ErrNotHeld, errWriteHoldGone)
 	default: // abandoned owner: never reuse it
 		a.owner, a.secret, a.queuedAt, a.queuedArrival = c.NewID(), newSecret(), core.Ticket{}, 0
+		a.arrival.Store(0)
 		return false, 0, nil
 	}
 }
@@ -230,6 +237,20 @@ func (a *rwAcquisition) handedOff(data string) bool {
 	a.ticket, a.token, a.count = a.queuedAt, token, 1
 	a.claimed = claim < a.lease
 	return true
+}
+
+// keepData is the rule by which w keeps a message to this waiter until try
+// takes it (see core.KeepData): a later message, which anyone may publish,
+// never displaces a grant proven with our secret for the place our last
+// attempt saw, nor does a notice displace a wake that re-checks sooner.
+func (a *rwAcquisition) keepData() func(held, next string) bool {
+	secret, parse := a.secret, parseReadGrant
+	if a.write {
+		parse = parseWriteGrant
+	}
+	return core.KeepData(func(data string) (uint64, bool) {
+		return parse(data, secret, a.arrival.Load())
+	}, MaxClaimWindow)
 }
 
 // claim is how long a grant to this owner while it is queued runs for.

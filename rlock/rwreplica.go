@@ -28,6 +28,7 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 	}
 	a.owner, a.secret, a.uncertain = c.NewID(), newSecret(), false
 	a.queuedAt, a.queuedArrival = core.Ticket{}, 0
+	a.arrival.Store(0)
 	a.sawHolder = false
 	if ctx.Err() == nil {
 		a.lastErr = err // not when ctx ended the WAIT: Redis was reached

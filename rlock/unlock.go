@@ -167,9 +167,9 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
 	if next != nil {
 		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
-			owner := m.c.NewID()
-			pubsubx.SetTag(w, owner)
-			return w, successorPlace{owner: owner, secret: newSecret(), reserved: next.reservedBy != nil}
+			owner, secret := m.c.NewID(), newSecret()
+			pubsubx.SetTagKeeping(w, owner, keepHandOff(secret))
+			return w, successorPlace{owner: owner, secret: secret, reserved: next.reservedBy != nil}
 		}
 	}
 	m.t.dissolve(m.name, h)

@@ -319,7 +319,7 @@ func (a *acquisition) entry() string {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
-		pubsubx.SetTag(w, a.id) // a new id discards grants to the old one
+		pubsubx.SetTagKeeping(w, a.id, a.keepData()) // a new id discards grants to the old one
 		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
 			return true, 0, nil
@@ -426,6 +426,18 @@ func (a *acquisition) handedOff(data string) bool {
 	a.got, a.ticket = g.n, a.queuedAt
 	a.claimed = claim < a.lease
 	return true
+}
+
+// keepData is the rule by which w keeps a message to this id until try takes
+// it (see core.KeepData): a later message, which anyone may publish, never
+// displaces a grant proven with our secret, nor does a notice displace a wake
+// that re-checks sooner.
+func (a *acquisition) keepData() func(held, next string) bool {
+	secret := a.secret
+	return core.KeepData(func(data string) (uint64, bool) {
+		g, ok := parseGrant(data, secret)
+		return g.arrival, ok
+	}, rlock.MaxClaimWindow)
 }
 
 // claim is how long a hand-off to this id grants the permits for.

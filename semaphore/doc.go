@@ -71,6 +71,8 @@
 // grants nothing, nor does a recorded grant published again (the waiter takes
 // only a grant to the place its last check reported, and a waiter that queues
 // again gets a new one); at most it wakes the waiter, which then asks Redis.
+// No message displaces a proven grant the waiter has not read yet, or makes
+// it re-check later than it planned.
 //
 // A grant that reaches no subscriber means the waiter's process is gone: the
 // waiter is dropped from the queue and the next one served in the same step,

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -157,7 +158,9 @@ func (c *Client) extendClaims() {
 // ParseNotice decodes the data of a message telling a queued waiter that what
 // it waits for was just handed to the waiter(s) ahead of it for ms
 // milliseconds (a claim window): "~" + ms, at most max. Anyone may publish
-// one; it only makes the waiter re-check sooner.
+// one; it only makes the waiter re-check sooner: never later than it planned
+// to (see the waiters' try), and it never displaces a grant or an earlier
+// re-check kept for the waiter (see KeepData).
 func ParseNotice(data string, max time.Duration) (time.Duration, bool) {
 	digits, ok := strings.CutPrefix(data, "~")
 	if !ok || len(digits) == 0 || len(digits) > 9 {
@@ -168,4 +171,33 @@ func ParseNotice(data string, max time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(n) * time.Millisecond, true
+}
+
+// KeepData is the rule by which a queued waiter keeps the data of a message
+// addressed to it until it takes it (see pubsubx.SetTagKeeping). A waiter has
+// one slot, and anyone may publish on its channel: a message that proves
+// nothing may make it re-check sooner, nothing else. So a grant proven with
+// the waiter's secret (proven reports it, with its number: a later grant's is
+// higher) is kept against everything but a later proven grant; any other
+// message that is not a notice (it makes the waiter re-check now) is kept
+// against notices; and of two notices (see ParseNotice, max as there), the
+// one that has the waiter re-check sooner. keep reports whether held stays.
+func KeepData(proven func(data string) (uint64, bool), max time.Duration) (keep func(held, next string) bool) {
+	return func(held, next string) bool {
+		hc, ho := rankData(held, proven, max)
+		nc, no := rankData(next, proven, max)
+		return hc > nc || hc == nc && ho > no
+	}
+}
+
+// rankData classes data for KeepData: 2 a proven grant (ordered by its
+// number), 1 a re-check now, 0 a notice (ordered by how soon it re-checks).
+func rankData(data string, proven func(string) (uint64, bool), max time.Duration) (class int, order uint64) {
+	if n, ok := proven(data); ok {
+		return 2, n
+	}
+	if d, ok := ParseNotice(data, max); ok {
+		return 0, math.MaxUint64 - uint64(d)
+	}
+	return 1, 0
 }

@@ -19,6 +19,7 @@ import (
 const (
 	AddressPrefix        = hook.AddressPrefix
 	AddressDataSeparator = hook.AddressDataSeparator
+	WakeData             = hook.WakeData
 )
 
 // The hooks, typed once: package pubsub, which this package imports, has set
@@ -27,6 +28,7 @@ const (
 var (
 	subscribeIfLive = hook.SubscribeIfLive.(func(*pubsub.Multiplexer, string, int64) *pubsub.Waiter)
 	setTag          = hook.SetTag.(func(*pubsub.Waiter, string))
+	setTagKeeping   = hook.SetTagKeeping.(func(*pubsub.Waiter, string, func(held, next string) bool))
 	takeData        = hook.TakeData.(func(*pubsub.Waiter) string)
 	ignoreBudget    = hook.IgnoreBudget.(func(*pubsub.Waiter))
 )
@@ -46,11 +48,23 @@ func SubscribeIfLive(m *pubsub.Multiplexer, channel string, weight int64) *pubsu
 // addressed to the former one (see TakeData).
 func SetTag(w *pubsub.Waiter, tag string) { setTag(w, tag) }
 
-// TakeData returns and clears the data of the last message addressed to w's
-// tag: a message AddressPrefix + tag + AddressDataSeparator + data stores
-// data before it wakes w, so that a Redis-side queue can hand the resource
-// itself (a lock granted, with its fencing token) along with the wake-up. It
-// returns "" when no such message came since the last call.
+// SetTagKeeping tags w as SetTag does, and sets which data w keeps until
+// TakeData takes it: a message replaces the data held unless keep(held,
+// next) says to keep it, and a wake without data (a message that carries
+// none, a budget message, a resubscription) offers WakeData. For a
+// queued waiter, whose channel anyone may publish on: a message that proves
+// nothing must not displace a grant, nor a request to re-check sooner. keep
+// runs on the connection's reading goroutine and must be quick.
+func SetTagKeeping(w *pubsub.Waiter, tag string, keep func(held, next string) bool) {
+	setTagKeeping(w, tag, keep)
+}
+
+// TakeData returns and clears the data of the message addressed to w's tag
+// that w kept (the last one, unless SetTagKeeping set a rule): a message
+// AddressPrefix + tag + AddressDataSeparator + data stores data before it
+// wakes w, so that a Redis-side queue can hand the resource itself (a lock
+// granted, with its fencing token) along with the wake-up. It returns ""
+// when no such message came since the last call.
 func TakeData(w *pubsub.Waiter) string { return takeData(w) }
 
 // IgnoreBudget makes w pass over budget messages (see package pubsub): only a

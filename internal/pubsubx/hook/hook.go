@@ -14,6 +14,10 @@ const (
 	// AddressDataSeparator separates the tag of an addressed payload from
 	// the data it carries; tags must not contain it.
 	AddressDataSeparator = " "
+	// WakeData is the data a Waiter that keeps data by a rule (see
+	// SetTagKeeping) is offered for a wake that carries none: a re-check
+	// now. It is no grant and no notice of any lock package.
+	WakeData = "!"
 )
 
 // Hooks set by package pubsub. Each holds a method expression of its type;
@@ -21,6 +25,7 @@ const (
 var (
 	SubscribeIfLive any // func(*pubsub.Multiplexer, string, int64) *pubsub.Waiter
 	SetTag          any // func(*pubsub.Waiter, string)
+	SetTagKeeping   any // func(*pubsub.Waiter, string, func(held, next string) bool)
 	TakeData        any // func(*pubsub.Waiter) string
 	IgnoreBudget    any // func(*pubsub.Waiter)
 )
