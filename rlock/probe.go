@@ -29,13 +29,17 @@ const (
 // with redis.acl_check_cmd, whether the client's ACL user may run every
 // command the locks and semaphores run (EVALSHA, EVAL, PEXPIRE, HSET, DEL,
 // PUBLISH, SUBSCRIBE...) on keys and channels under the key prefix (those of
-// a lock named "probe"); it runs none of them and touches no key. The pub/sub
+// a lock named "probe"); it runs none of them. The pub/sub
 // commands checked are those the Client's multiplexer uses: SPUBLISH,
 // SSUBSCRIBE and SUNSUBSCRIBE when it is sharded (see pubsub.WithSharding; on
 // a Redis 7 cluster by default), else PUBLISH, SUBSCRIBE and UNSUBSCRIBE;
 // with WithReplicaAck, WAIT is checked too. New then
 // fails with an error matching ErrPermission that names the denied commands,
-// instead of scripts failing halfway later with only "@user_script:N".
+// instead of scripts failing halfway later with only "@user_script:N". The
+// same script deletes a key that never exists (writing nothing): a server
+// that refuses it as a read-only replica (a rueidis client made with
+// ReplicaOnly, which sends every command to replicas) fails New with an error
+// matching ErrInvalidOption, as no lock could ever be taken through it.
 //
 // Only a definite denial fails New. When Redis is unreachable, slow (see
 // WithProbeTimeout), or cannot tell (Redis before 7 has no acl_check_cmd),
@@ -69,6 +73,8 @@ func (c *config) probeRights(cc *core.Client) error {
 	}
 	denied, refusal := core.Probe(ctx, cc.RC, c.keyPrefix, core.ProbeFor{Sharded: sharded, Wait: c.ackSet})
 	switch {
+	case errors.Is(refusal, core.ErrReadOnlyReplica):
+		return fmt.Errorf("%w: %w", ErrInvalidOption, refusal)
 	case refusal != nil:
 		return fmt.Errorf("%w: the Redis user may not run the lock scripts under key prefix %q: %w", ErrPermission, c.keyPrefix, refusal)
 	case len(denied) > 0:

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -23,11 +24,16 @@ type ProbeFor struct {
 	Wait bool
 }
 
-// Probe asks Redis, in one script call that touches no key, whether the
+// ErrReadOnlyReplica is Probe's refusal when the client sends the scripts to a
+// read-only replica (rueidis's ReplicaOnly option): no lock could be taken.
+var ErrReadOnlyReplica = errors.New("the rueidis client sends commands to a read-only replica (its ReplicaOnly option?): the locks write, and need the master")
+
+// Probe asks Redis, in one script call that changes no key, whether the
 // client's ACL user may run every command the module's scripts and clients
 // run on keys and channels under prefix, with the options for names. It
 // returns the denied commands (upper case), or, when the probe itself is
-// refused (NOPERM: EVALSHA, EVAL or the probe's keys denied), the refusal.
+// refused (NOPERM: EVALSHA, EVAL or the probe's keys denied), the refusal, or
+// ErrReadOnlyReplica.
 // Any other failure (Redis unreachable, a timeout, a server without ACLs or
 // without redis.acl_check_cmd, before Redis 7) yields neither: the probe
 // cannot tell, and the locks will report what goes wrong when they are used.
@@ -40,6 +46,9 @@ func Probe(ctx context.Context, rc rueidis.Client, prefix string, f ProbeFor) (d
 	}
 	args := []string{pubsub, flag(f.Wait), base + ":unlock", GrantChannel(base, "probe"), GrantChannel(base+":sem", "probe")}
 	names, err := lua.Probe.Exec(ctx, rc, keys, args).AsStrSlice()
+	if err == nil && len(names) == 1 && names[0] == "-replica" {
+		return nil, ErrReadOnlyReplica
+	}
 	if err == nil {
 		return names, nil
 	}

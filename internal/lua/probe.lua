@@ -1,16 +1,24 @@
 -- probe: checks, without running them, that the current ACL user may run every
 -- command the Mutex and semaphore scripts and clients run, on their keys and
--- channels (redis.acl_check_cmd, Redis 7+). Touches no key.
+-- channels (redis.acl_check_cmd, Redis 7+), and that the server takes writes.
+-- Changes no key.
 --
 -- KEYS[1..n] representative keys under the Client's prefix (a Mutex's lock key
---            and a semaphore's state key)
+--            and a semaphore's state key); KEYS[1] .. ':probe' is never set,
+--            so deleting it writes nothing
 -- ARGV[1]    "classic" or "sharded": the pub/sub commands the Client uses
 --            (PUBLISH, SUBSCRIBE, UNSUBSCRIBE or their sharded forms)
 -- ARGV[2]    "1" to check WAIT too (acquisitions wait for replicas)
 -- ARGV[3..m] representative channels (a Mutex's and a semaphore's)
 --
 -- Returns the names of the denied commands, without duplicates: {} when every
--- command is allowed, or when the server cannot tell (no acl_check_cmd).
+-- command is allowed, or when the server cannot tell (no acl_check_cmd); or
+-- {'-replica'} when the server refuses writes as a read-only replica (a
+-- client that sends every command to replicas: nothing could be locked).
+local w = redis.pcall('DEL', KEYS[1] .. ':probe')
+if type(w) == 'table' and w.err and string.sub(w.err, 1, 8) == 'READONLY' then
+  return {'-replica'}
+end
 if not redis.acl_check_cmd then
   return {}
 end
