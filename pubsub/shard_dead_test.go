@@ -59,14 +59,17 @@ func TestShardedDeadNodeCostsOnlyItsSlots(t *testing.T) {
 			t.Errorf("SPUBLISH %s on %s: %d receivers, %v; want 1", ch, owner, n, err)
 		}
 		mxWaitFired(t, w, ch)
+		t.Logf("%s on the live master %s subscribed in %v", ch, owner, time.Since(start))
 		w.Leave(true)
 	}
 
 	<-window // a window of time for the reconnect rate, not a synchronisation
 	// 2s of doubling backoff from 10ms (capped at 1s) is under ten tries.
-	if n := m.Stats().Reconnects - before; n > 40 {
+	n := m.Stats().Reconnects - before
+	if n > 40 {
 		t.Errorf("%d reconnects to the dead master in 2s: no backoff", n)
 	}
+	t.Logf("%d reconnects to the dead master in 2s", n)
 	select {
 	case err := <-deadDone:
 		t.Fatalf("Subscribe on the dead master's slot returned %v", err)
