@@ -43,8 +43,8 @@
 //
 //	go test -race -count=1 -run '^TestChaos$' ./chaos -chaos.full -chaos.only='^mutex/force-unlock$'
 //
-// which prints a table of the figures (see RESULTS.md, and the Guarantees
-// section of README.md for what they mean).
+// which prints a table of the figures (see RESULTS.md, and docs/guarantees.md
+// for what they mean).
 // The test binary re-executes itself as a worker process when the
 // environment variable RELOCK_CHAOS_WORKER holds a worker configuration.
 package chaos

@@ -19,8 +19,8 @@ import (
 	"github.com/relockio/relock/semaphore"
 )
 
-// The ACL rules of the README's section "Deploying with ACLs, TLS and
-// Cluster", word for word (TestACLRulesInREADME checks that the README shows
+// The ACL rules of the README's section "Deployment" (and of
+// docs/operations.md), word for word (TestACLRulesInREADME checks that the README shows
 // them so, after "ACL SETUSER locks "): the least-privilege user of the
 // default key prefix on a single Redis (or a Sentinel-managed one), and on
 // every node of a Redis Cluster. The other tests here create the user from

@@ -145,7 +145,7 @@
 // afresh starts from the server clock in microseconds, and the counter is
 // kept until the clock has passed its value, which it runs ahead of only
 // while tokens are reserved faster than one per microsecond (a contended
-// acquisition reserves 65). The README's Guarantees section gives the
+// acquisition reserves 65). docs/guarantees.md in the repository gives the
 // argument and what it assumes of the server clock.
 //
 // # Errors

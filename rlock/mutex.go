@@ -86,7 +86,7 @@ func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Contex
 // it; a pass between goroutines of one Client takes the next token of a block
 // Redis reserved for that Client, so a pass made before the Client hears of a
 // loss in Redis (ForceUnlock, a restart) may carry a token below the new
-// holder's (see the README's Guarantees). A resource that remembers the
+// holder's (see docs/guarantees.md). A resource that remembers the
 // highest token it has seen and rejects lower ones is safe even then, and
 // against a holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
 // no hold of the lock (a hold that ended still reports its token).

@@ -233,10 +233,9 @@ func WithClaimWindow(d time.Duration) Option {
 // WithKeyPrefix namespaces every key and pub/sub channel of the Client:
 // a lock named n lives at "<prefix>:{n}", and every key and channel of the
 // Client starts with "<prefix>:{", so the Redis ACL patterns "~<prefix>:{*"
-// and "&<prefix>:{*" confine a user to them (see the README's deployment
-// section). Pub/sub channels ignore the database number, so Clients sharing
-// a server but not locks need distinct prefixes. Default DefaultKeyPrefix
-// ("rlock").
+// and "&<prefix>:{*" confine a user to them (see docs/operations.md).
+// Pub/sub channels ignore the database number, so Clients sharing a server
+// but not locks need distinct prefixes. Default DefaultKeyPrefix ("rlock").
 //
 // New rejects, with an error matching ErrInvalidName, a prefix that is empty,
 // contains a brace (it would move the hash tag), a control character or a
