@@ -2,6 +2,8 @@
 # or REDIS_ADDR pointing at a Redis the tests may use (fault-injection tests still
 # start their own redis-server).
 GO ?= go
+# bash, for pipefail: make test pipes go test into its progress printer.
+SHELL := /bin/bash
 DOCKER_HELPER := internal/redistest/dockerredis
 
 .PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names chaos check-redis
@@ -14,9 +16,14 @@ check-redis:
 	fi
 
 ## demo: hot lock handed over by rlock.Mutex vs a SET NX spin loop, side by side
+# go build -v names each package as it compiles it, so the first build (about
+# 50s on a cold cache) shows its progress; then the binary runs.
 demo: check-redis
-	@echo "building the demo (the first build compiles the dependencies and takes a while)..."
-	$(GO) run ./cmd/rlock-demo
+	@echo "building the demo (the first build compiles the dependencies: about a minute; packages listed as they compile)..."
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(GO) build -v -o "$$tmp/rlock-demo" ./cmd/rlock-demo && \
+	echo "built; running the demo" && \
+	"$$tmp/rlock-demo"
 
 ## test: vet, formatting, and every test with the race detector against real Redis
 test: check-redis
@@ -27,7 +34,9 @@ test: check-redis
 	@# The Docker fallback's helper is a module of its own (see internal/redistest/container.go).
 	$(GO) -C $(DOCKER_HELPER) vet ./...
 	@$(GO) -C $(DOCKER_HELPER) mod tidy -diff >/dev/null || { echo "$(DOCKER_HELPER)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(DOCKER_HELPER) mod tidy -diff; exit 1; }
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@# One line per finished test and package, a heartbeat when nothing finished for
+	@# 8s, failures in full; pipefail keeps go test's exit status.
+	set -o pipefail; $(GO) test -json -race -count=1 -timeout 15m ./... | $(GO) run ./internal/testprogress
 
 ## check-go-floor: build and vet with the oldest Go that go.mod's go directive
 ## allows, when it is not the toolchain in use (it is fetched from the module
