@@ -67,6 +67,7 @@ type Client struct {
 	bgCancel context.CancelFunc
 
 	lastRound atomic.Pointer[RenewRound] // see LastRenewRound
+	slots     slotMap                    // a cluster's slots by node, for the watchdog
 
 	locals  map[any]any // see Local
 	onClose []func()    // see OnClose

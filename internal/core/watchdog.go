@@ -195,12 +195,13 @@ func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 
 // renewHolds renews those of holds the watchdog still renews to lease:
 // batches of up to renewBatch holds per Kind and, on a cluster client, per
-// slot (a script's keys must share one), all sent in one DoMulti, which a
-// cluster client splits per node and pipelines to every node at once. Each
-// batch's reply applies on its own, so a node that fails costs only the
-// renewals of its slots: a hold found gone ends with ErrLeaseLost, and failed
-// (if not nil) is called for each hold of a batch that failed. It returns how
-// many holds and script calls it sent.
+// slot (a script's keys must share one). A cluster client's batches go in one
+// DoMulti per node (as the slot map says, see slotMap), each in a goroutine
+// of its own, so that a node that does not answer holds up only the renewals
+// of its slots; otherwise all go in one DoMulti. Each batch's reply applies
+// on its own: a hold found gone ends with ErrLeaseLost, and failed (if not
+// nil) is called for each hold of a batch that failed. It returns how many
+// holds and script calls it sent.
 func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Duration, failed func(*Hold)) (sent, scripts int) {
 	cluster := c.RC.Mode() == rueidis.ClientModeCluster
 	groups := make(map[batchKey][]*Hold)
@@ -235,23 +236,24 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	}
 	lanes := [][]*renewal{batches}
 	if cluster {
-		lanes = bySlot(batches)
+		c.slots.refresh(ctx, c.RC)
+		lanes = c.byNode(batches)
 	}
-	if len(lanes) == 1 {
-		c.applyRenewals(lanes[0], c.sendRenewals(ctx, lanes[0]), lease, failed)
-		return sent, len(batches)
-	}
-	// One lane per slot, each on its own: a node that does not answer
+	// One lane per node, each on its own: a node that does not answer
 	// holds up the renewals of its own slots only, and every other reply
 	// applies as it comes.
 	var mu sync.Mutex
 	report := func(h *Hold) {
-		mu.Lock()
-		defer mu.Unlock()
-		failed(h)
+		c.slots.noteFailure()
+		if failed != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			failed(h)
+		}
 	}
-	if failed == nil {
-		report = nil
+	if len(lanes) == 1 {
+		c.applyRenewals(lanes[0], c.sendRenewals(ctx, lanes[0]), lease, report)
+		return sent, len(batches)
 	}
 	var wg sync.WaitGroup
 	for _, lane := range lanes {
@@ -261,16 +263,18 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	return sent, len(batches)
 }
 
-// bySlot splits batches of a cluster client by the slot of their keys.
-func bySlot(batches []*renewal) [][]*renewal {
-	index := map[uint16]int{}
+// byNode splits batches of a cluster client by the node serving their slot,
+// as the slot map says (see slotMap); batches of slots it does not know go
+// in a lane of their own.
+func (c *Client) byNode(batches []*renewal) [][]*renewal {
+	index := map[string]int{}
 	var lanes [][]*renewal
 	for _, b := range batches {
-		s := slot.Of(b.holds[0].Key)
-		i, ok := index[s]
+		node := c.slots.node(slot.Of(b.holds[0].Key))
+		i, ok := index[node]
 		if !ok {
 			i = len(lanes)
-			index[s] = i
+			index[node] = i
 			lanes = append(lanes, nil)
 		}
 		lanes[i] = append(lanes[i], b)
