@@ -63,7 +63,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOpti
 
 // Drain takes every permit free now, if no one is queued ahead, as one
 // release-able lease, and returns how many it took. It fails with ErrNoPermits
-// when none is free.
+// when none is free, and with ErrUnavailable when Redis could not be reached.
 func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.Context, int64, error) {
 	a, err := s.prepare(ctx, "all", 0, opts)
 	if err != nil {
@@ -73,7 +73,7 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 	ok, _, err := a.try(ctx, nil)
 	if err != nil {
 		a.giveUp(ctx)
-		return nil, 0, s.wrap("drain", err)
+		return nil, 0, a.failure(err)
 	}
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %q", ErrNoPermits, s.name)
@@ -193,13 +193,17 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 // ended the call.
 func (a *acquisition) failure(err error) error {
 	s := a.s
+	op := "acquire"
+	if a.n == 0 {
+		op = "drain"
+	}
 	waitOver := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
 	case !waitOver && core.Transient(err):
-		// One attempt (TryAcquire), and Redis could not be reached.
-		return fmt.Errorf("semaphore: acquire %q: %w: %w", s.name, core.Inner(ErrUnavailable), err)
+		// One attempt (TryAcquire, Drain), and Redis could not be reached.
+		return fmt.Errorf("semaphore: %s %q: %w: %w", op, s.name, core.Inner(ErrUnavailable), err)
 	case waitOver && a.lastErr != nil:
 		// The wait ran out while Redis could not be reached: say so, rather
 		// than that no permits were free.
@@ -207,14 +211,14 @@ func (a *acquisition) failure(err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			ctxErr = context.DeadlineExceeded
 		}
-		return fmt.Errorf("semaphore: acquire %q: %w: %w; last error: %w", s.name, core.Inner(ErrUnavailable), ctxErr, a.lastErr)
+		return fmt.Errorf("semaphore: %s %q: %w: %w; last error: %w", op, s.name, core.Inner(ErrUnavailable), ctxErr, a.lastErr)
 	case errors.Is(err, ErrNoPermits):
 		return err
 	case a.contended && errors.Is(err, context.DeadlineExceeded):
 		// ctx's own deadline ended a wait behind other holders.
 		return fmt.Errorf("%w: %q: %w", ErrNoPermits, s.name, err)
 	}
-	return s.wrap("acquire", err)
+	return s.wrap(op, err)
 }
 
 // subscribe joins this Client's grant channel for the semaphore, returning

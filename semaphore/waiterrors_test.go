@@ -107,3 +107,21 @@ func TestTryAcquireRedisDownIsUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// Drain against a Redis that is down says so, as TryAcquire does.
+func TestDrainRedisDownIsUnavailable(t *testing.T) {
+	e := ownedEnv(t)
+	c := e.client()
+	s := e.sem(c, "down", 2) // the connection is up and the scripts are loaded
+	if err := e.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // connection reset or EOF first, then refused
+		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+		_, _, err := s.Drain(ctx)
+		cancel()
+		if !errors.Is(err, semaphore.ErrUnavailable) || errors.Is(err, semaphore.ErrNoPermits) {
+			t.Fatalf("Drain %d with Redis down: %v; want ErrUnavailable", i, err)
+		}
+	}
+}
