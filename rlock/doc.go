@@ -79,14 +79,17 @@
 // with an ErrNotHeld that says which context to pass (or, when ctx holds the
 // lock through another Client, that Client's). A deferred Unlock discards
 // that error; so that the mistake does not keep the lock held and renewed
-// until the process exits, a hold whose lock context the program drops
-// without Unlock is released once that context, and every context derived
-// from it, is unreachable: a cleanup (runtime.AddCleanup) has the Client
-// release it in the background, bounded by the unlock timeout, and log a
-// warning (WithLogger; slog.Default() by default). It is a safety net, not a
-// way to unlock: it waits for a garbage collection to find the context
+// until the process exits, a watchdog hold whose lock context the program
+// drops without Unlock is released once that context, and every context
+// derived from it, is unreachable: a cleanup (runtime.AddCleanup) has the
+// Client release it in the background, bounded by the unlock timeout, and log
+// a warning (WithLogger; slog.Default() by default). It is a safety net, not
+// a way to unlock: it waits for a garbage collection to find the context
 // unreachable, and a derived context still live (a context.WithCancel child
-// never cancelled, a context.AfterFunc never stopped) keeps the hold.
+// never cancelled, a context.AfterFunc never stopped) keeps the hold. A hold
+// with a fixed lease (WithLease) ends by itself, so dropping its lock context
+// is no mistake: it is left to its lease ("at most once per lease": take the
+// lock with a lease and let it expire), and the Client forgets it then.
 //
 // # Leases, the watchdog and lease loss
 //

@@ -101,3 +101,11 @@ func QueuedFence(ctx context.Context, m *Mutex, owner string, lease time.Duratio
 	r, err := acquireScript(ctx, m.c, m.keys, acquireArgs{owner: owner, secret: "00", lease: lease})
 	return r.status, r.fence, err
 }
+
+// Holding reports whether a live Mutex hold of c is on the lock name.
+func Holding(c *Client, name string) bool {
+	return c.c.Holding(mutexKind, c.Mutex(name).keys.lock)
+}
+
+// HoldCount returns how many holds of c are live.
+func HoldCount(c *Client) int { return c.c.HoldCount() }

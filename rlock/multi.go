@@ -458,6 +458,6 @@ func (ml *MultiLock) hold(ctx context.Context, held []context.Context) (context.
 	outer, _ := ctx.Value(multiKey{}).(*multiLink)
 	l := &multiLink{c: ml.c.c, id: ml.id, mh: mh, outer: outer}
 	core.WatchDrop(ml.c.c, l, &core.Dropped{What: "multilock", Name: strings.Join(ml.names, ","), Owner: ml.c.c.ID,
-		Release: func() (bool, error) { return ml.releaseDropped(mh) }})
+		Release: func() (bool, error) { return ml.releaseDropped(mh) }, Holds: mh.holds})
 	return context.WithValue(lockCtx, multiKey{}, l), nil
 }

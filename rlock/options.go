@@ -326,6 +326,18 @@ func newLockConfig(opts []LockOption) (lockConfig, error) {
 // Redis expires the key, to allow for clock drift). On re-entry it re-sets the
 // hold's lease. Default: the watchdog keeps the hold until Unlock. Allowed
 // MinLease (1ms) to MaxLease (30 days).
+//
+// A hold with a fixed lease ends by itself, so its lock context may be
+// dropped without Unlock: the hold is then left to its lease, not released
+// when a garbage collection finds the context unreachable (as a watchdog
+// hold is, see Lock context in the package documentation), and the Client
+// forgets it when the lease ends. Taking a lock with WithLease and letting it
+// expire is thus a way to do something at most once per lease across
+// processes:
+//
+//	if _, err := m.TryLock(ctx, rlock.WithLease(10*time.Second)); err == nil {
+//		// ... runs at most once in 10s, whoever runs it ...
+//	}
 func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.lease, c.leaseSet = d, true }
 }

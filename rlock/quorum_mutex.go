@@ -245,7 +245,7 @@ func (qm *QuorumMutex) hold(ctx context.Context, r *round, renew bool) (context.
 	// The masters' holds reach qh (their cancel functions), not the link.
 	l := &quorumLink{q: q, name: qm.name, h: qh, outer: outer}
 	core.WatchDrop(q.masters[0].c, l, &core.Dropped{What: "quorum lock", Name: qm.name, Owner: r.owner,
-		Release: func() (bool, error) { return qm.releaseDropped(qh) }})
+		Release: func() (bool, error) { return qm.releaseDropped(qh) }, Holds: qh.holds})
 	return context.WithValue(lockCtx, quorumHoldsKey{}, l), nil
 }
 

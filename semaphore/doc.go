@@ -10,9 +10,10 @@
 // Acquire bounds the wait only: the permit context keeps its values, not its
 // cancellation, and ends exactly when the permits do (Release, or a lost
 // lease), so a shutdown that cancels the caller's context can still finish
-// the guarded work and Release; permits whose permit context is dropped
-// without Release are released, with a log line, once it is garbage (see Lock
-// context in the rlock documentation).
+// the guarded work and Release; permits renewed by the watchdog whose permit
+// context is dropped without Release are released, with a log line, once it
+// is garbage, and permits with a fixed lease (WithLease) are left to it (see
+// Lock context in the rlock documentation).
 //
 // A Semaphore is built on an rlock.Client and shares its owner id, pub/sub
 // multiplexer, watchdog and key prefix:

@@ -62,7 +62,9 @@ func checkRange(option string, d, lo, hi time.Duration) error {
 // WithLease gives the permits a fixed lease: no watchdog renews them, and the
 // permit context is cancelled with ErrLeaseLost when it ends. Default: the
 // Client's watchdog keeps them until Release. Allowed MinLease (1ms) to
-// MaxLease (30 days).
+// MaxLease (30 days). Permits with a fixed lease end by themselves: when the
+// program drops their permit context without Release, they are left to their
+// lease, not released at the next garbage collection (see rlock.WithLease).
 func WithLease(d time.Duration) AcquireOption {
 	return func(c *acquireConfig) { c.lease, c.leaseSet = d, true }
 }

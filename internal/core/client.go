@@ -279,6 +279,27 @@ func (c *Client) Register(h *Hold) bool {
 	return true
 }
 
+// Holding reports whether a live hold of the Client, of kind k, is on key:
+// what a call that finds the lock taken tells when the holder is this Client
+// (through another lock context than the caller's).
+func (c *Client) Holding(k *Kind, key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h := range c.holds {
+		if h.kind == k && h.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// HoldCount returns how many holds of the Client are live.
+func (c *Client) HoldCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.holds)
+}
+
 func (c *Client) unregister(h *Hold) {
 	c.mu.Lock()
 	delete(c.holds, h)

@@ -30,12 +30,39 @@ type Dropped struct {
 	// that the lock contexts of holds that were released (nearly all of
 	// them) cost the runtime nothing when they are collected.
 	Hold *Hold
+	// Holds, for a hold made of several (a MultiLock's members, a quorum
+	// lock's masters), are those holds: as Hold, they tell a fixed lease.
+	Holds []*Hold
+}
+
+// fixedLease reports whether every hold of d has a fixed lease (WithLease)
+// now: such a hold ends by itself when its lease runs out, in Redis and in
+// the Client (its expiry timer), so a dropped lock context is left to it.
+// Taking a lock with a lease and letting it expire is an idiom ("at most
+// once per lease"); only the watchdog would keep a dropped hold for ever.
+func (d *Dropped) fixedLease() bool {
+	holds := d.Holds
+	if d.Hold != nil {
+		holds = []*Hold{d.Hold}
+	}
+	some := false
+	for _, h := range holds {
+		if h == nil {
+			continue
+		}
+		if _, renewed := h.Lease(); renewed {
+			return false
+		}
+		some = true
+	}
+	return some
 }
 
 // WatchDrop arranges for d.Release to run, in the background (see Go), once
 // link is unreachable, and logs it: without it, a hold whose lock context the
 // program dropped without Unlock (a `defer Unlock(ctx)` given the wrong
-// context, say) would be renewed by the watchdog until the process exits.
+// context, say) would be renewed by the watchdog until the process exits. A
+// hold that has a fixed lease by then is left to its lease (see fixedLease).
 //
 // link must be the value that carries the hold in the lock context, reachable
 // only through that context (and contexts derived from it): nothing the
@@ -66,6 +93,9 @@ func (c *Client) dropped(d *Dropped) {
 		if ended, _ := d.Hold.State(); ended {
 			return // stopped too late: nothing to give back
 		}
+	}
+	if d.fixedLease() {
+		return
 	}
 	c.Go(func() { // false once Close ended every hold: nothing to do
 		released, err := d.Release()
