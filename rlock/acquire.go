@@ -145,7 +145,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 		case ok:
 			return a.hold(ctx)
 		case !wait:
-			return nil, fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2)
+			return nil, m.heldHere(fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2))
 		}
 	}
 	if a.cohort {
@@ -419,8 +419,11 @@ func (a *acquisition) leave() {
 // failure is the error of a Lock call that ends without the lock. Where the
 // wait ran out it tells why, from what the last attempt learned: ErrLocked
 // only when Redis said another owner holds the lock; ErrUnavailable, wrapping
-// the last error, when Redis could not be reached or refused.
-func (a *acquisition) failure(err error) error {
+// the last error, when Redis could not be reached or refused. An ErrLocked
+// says so when the holder is this Client (see heldHere).
+func (a *acquisition) failure(err error) error { return a.m.heldHere(a.why(err)) }
+
+func (a *acquisition) why(err error) error {
 	m := a.m
 	var timeout *waitTimeoutError
 	timedOut := errors.As(err, &timeout)

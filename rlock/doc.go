@@ -25,7 +25,9 @@
 // Ownership is carried by the returned lock context, not by the goroutine:
 // pass lockCtx to Unlock, to Token and HoldCount, and to Lock to re-enter. A
 // context that does not carry the hold (ctx itself, say) is another owner,
-// even in the same goroutine. The lock context is cancelled when the hold
+// even in the same goroutine: Lock(ctx) after Lock(ctx) waits for the first
+// hold to end, and when it fails with ErrLocked the error says that this
+// Client holds the lock through another lock context. The lock context is cancelled when the hold
 // ends: with cause ErrUnlocked by the final Unlock, and ErrLeaseLost when the
 // lock was lost without Unlock (see below), so work done with lockCtx stops
 // when the lock stops protecting it.

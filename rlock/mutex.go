@@ -67,7 +67,12 @@ func (m *Mutex) Name() string { return m.name }
 // out, and ErrUnavailable (wrapping the last connection error) when the wait
 // ended while Redis could not be reached.
 //
-// If ctx already holds the lock, Lock re-enters at once and returns ctx.
+// If ctx already holds the lock, Lock re-enters at once and returns ctx. A
+// ctx that does not carry the hold (the context given to the first Lock,
+// rather than the lock context it returned) is another owner and waits like
+// one, for the whole of its deadline when the hold lasts; an ErrLocked error
+// then also says that this Client holds the lock through another lock
+// context.
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return m.lock(ctx, true, opts)
 }
@@ -246,6 +251,24 @@ func (m *Mutex) noHold(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: the context holds no lock %q: pass the lock context that Lock returned (or one derived from it), not the context given to Lock",
 		ErrNotHeld, m.name)
+}
+
+// heldHere adds to err, an error matching ErrLocked, that this Client itself
+// holds the lock, when it does: the context given to the call does not carry
+// that hold (else the call would have re-entered it), and the usual cause is
+// re-entering with the context given to Lock rather than the lock context it
+// returned, a wait only the deadline ends. held tells whether the Client
+// holds it; it is asked only of an ErrLocked.
+func heldHere(err error, held func() bool) error {
+	if !errors.Is(err, ErrLocked) || !held() {
+		return err
+	}
+	return fmt.Errorf("%w; this Client holds the lock through another lock context, not the context given to this call: to re-enter, pass the lock context that Lock returned (or one derived from it)", err)
+}
+
+// heldHere is heldHere for a hold of m.
+func (m *Mutex) heldHere(err error) error {
+	return heldHere(err, func() bool { return m.c.Holding(mutexKind, m.keys.lock) })
 }
 
 // otherClientHold returns the Client of a hold of name that ctx carries

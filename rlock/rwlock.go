@@ -73,7 +73,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	case ok:
 		return a.hold(ctx)
 	case !wait:
-		return nil, fmt.Errorf("%w: %q (%s lock), free again in at most %v", ErrLocked, rw.name, lockWord(write), retry)
+		return nil, rw.heldHere(fmt.Errorf("%w: %q (%s lock), free again in at most %v", ErrLocked, rw.name, lockWord(write), retry), write)
 	}
 	waitCtx := ctx
 	if lc.waitSet {
@@ -258,7 +258,17 @@ func (a *rwAcquisition) claim() time.Duration { return min(a.lease, a.rw.c.Cfg.C
 
 // failure is the error of a call that ends without the lock (see
 // acquisition.failure).
-func (a *rwAcquisition) failure(err error) error {
+func (a *rwAcquisition) failure(err error) error { return a.rw.heldHere(a.why(err), a.write) }
+
+// heldHere is heldHere for the holds of rw this Client has that keep a call
+// for the write lock (write) or a read lock out.
+func (rw *RWMutex) heldHere(err error, write bool) error {
+	return heldHere(err, func() bool {
+		return rw.c.Holding(rwWriteKind, rw.keys.writer) || write && rw.c.Holding(rwReadKind, rw.keys.readers)
+	})
+}
+
+func (a *rwAcquisition) why(err error) error {
 	rw := a.rw
 	var timeout *waitTimeoutError
 	timedOut := errors.As(err, &timeout)
