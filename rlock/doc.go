@@ -77,6 +77,17 @@
 // both holds, and each lock context ends with its own hold only: Unlock of A
 // cancels lockA, never lockB, and a cause always names the hold that ended.
 //
+// Re-entry goes with the context, not the goroutine: every goroutine given
+// lockCtx, or a context derived from it (context.WithCancel, WithTimeout,
+// WithValue...), holds the lock through it, and its Lock of the same lock
+// re-enters at once. So goroutines that must exclude one another do not
+// Lock with a lock context handed to them: four such goroutines are all
+// inside at once, the hold count at 5. Each Locks with a context that does
+// not carry the hold (ctx, or one derived from ctx) and waits its turn like
+// any other owner (see the goroutines example of Mutex.Lock). No context
+// derived from lockCtx sheds the hold; one that ends with the hold without
+// carrying it is made from ctx, cancelled by context.AfterFunc(lockCtx, ...).
+//
 // Pass lockCtx, not ctx, to Unlock: ctx carries no hold, so Unlock(ctx) fails
 // with an ErrNotHeld that says which context to pass (or, when ctx holds the
 // lock through another Client, that Client's). A deferred Unlock discards
