@@ -41,7 +41,8 @@ type entry struct {
 }
 
 // conn owns one dedicated pub/sub connection and the channels hashed to it.
-// Its goroutine (run) is the only one that sends SUBSCRIBE.
+// Its goroutine (run) is the only one that sends SUBSCRIBE (in sharded mode,
+// SSUBSCRIBE is sent by the per-node jobs it starts, see runSharded).
 //
 // It never sends UNSUBSCRIBE: rueidis (v1.0.79) panics on its reader goroutine
 // when Redis answers an UNSUBSCRIBE with BUSY (a script runs), which no recover can
@@ -62,9 +63,6 @@ type conn struct {
 
 	// Sharded mode (see shard.go), guarded by mu.
 	slotOwner map[uint16]string // slot -> address of its master, as last learned
-	// linkFailedAt: address -> when a shard link to it last failed; used by
-	// runSharded's goroutine only (see guessNode).
-	linkFailedAt map[string]time.Time
 	// dialledNodes is what nodes said when the connection was dialled; used
 	// by run's goroutine only (see await).
 	dialledNodes string
@@ -509,10 +507,12 @@ func (c *conn) subscribeOn(ctx context.Context, dc rueidis.DedicatedClient, l *l
 		}
 		c.mu.Unlock()
 	}
-	err := dc.Do(ctx, cmd).Error()
+	callCtx, cancel := callContext(ctx, l)
+	defer cancel()
+	err := dc.Do(callCtx, cmd).Error()
 	if err == nil && l != nil {
 		// Confirmed only on the slot's master: see verifyMaster.
-		if verr := verifyMaster(ctx, dc, names[0]); verr != nil {
+		if verr := verifyMaster(callCtx, dc, names[0]); verr != nil {
 			return batch, verr
 		}
 	}
@@ -532,6 +532,16 @@ func (c *conn) subscribeOn(ctx context.Context, dc rueidis.DedicatedClient, l *l
 	return c.subscribeOn(ctx, dc, l, batch[half:])
 }
 
+// callContext bounds the SSUBSCRIBE on shard connection l and the master
+// check after it by shardCallTimeout, so that a hung node holds up its own
+// job only; a classic SUBSCRIBE (l nil) keeps ctx.
+func callContext(ctx context.Context, l *link) (context.Context, context.CancelFunc) {
+	if l == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, shardCallTimeout)
+}
+
 // settle records Redis's answer to the subscription of es: confirmed when
 // refusal is nil, else refused for good. l is the shard connection of a
 // sharded subscription, nil for a classic one.
@@ -546,9 +556,10 @@ func (c *conn) settle(es []*entry, refusal error, l *link) {
 			c.refuse(e, refusal)
 			continue
 		}
-		if l != nil && l.dropped[e.channel] {
+		if l != nil && (l.dropped[e.channel] || l.closed) {
 			// Redis dropped it (its slot moved) before we saw the
-			// confirmation: subscribe it again where the slot now is.
+			// confirmation, or runSharded dropped l meanwhile: subscribe
+			// it again where the slot now is.
 			delete(l.dropped, e.channel)
 			e.wake = true
 			c.toSub = append(c.toSub, e)

@@ -3,7 +3,6 @@ package pubsub
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 	"time"
 
@@ -12,25 +11,54 @@ import (
 	"github.com/relockio/relock/internal/slot"
 )
 
-// maxRedirects bounds the MOVED hops one slot's subscription follows in one
-// flush; past it the slot waits for the retry backoff (topology in flux).
+// maxRedirects bounds the MOVED hops one slot's subscription follows in a
+// row; past it the slot's last node backs off (topology in flux).
 const maxRedirects = 4
+
+// shardCallTimeout bounds each SSUBSCRIBE (with the master check sent after
+// it) and topology refresh of a shard job. A healthy master answers within
+// milliseconds even on a loaded host, so 3s is far past any healthy reply,
+// while a hung node (SIGSTOP, a full disk, a long script) makes only its own
+// slots' subscriptions wait that long before a retry; the cluster takes
+// longer than that to fail a node over anyway (cluster-node-timeout, 15s by
+// default). Dialling is bounded by rueidis (Dialer.Timeout, 5s by default).
+const shardCallTimeout = 3 * time.Second
 
 // link is one shard connection of a sharded conn: a dedicated connection to
 // one master, carrying the SSUBSCRIBEs of the channels whose slots it owns.
-// Its fields other than dc are guarded by conn.mu.
+// Its fields other than addr and dc are guarded by conn.mu.
 type link struct {
 	addr string
 	dc   rueidis.DedicatedClient
 	// dropped names channels Redis unsubscribed (sunsubscribe push: their
 	// slot moved) before their subscription was settled; see settle.
 	dropped map[string]bool
+	closed  bool // dropped by runSharded: nothing is confirmed on it any more
 }
 
 // linkLost reports that a shard connection closed or broke.
 type linkLost struct {
 	l   *link
 	err error
+}
+
+// shardNode is runSharded's state for one node address.
+type shardNode struct {
+	link     *link         // its shard connection, nil until a job dials one
+	busy     bool          // a job runs for it: no other is started
+	retryIn  time.Duration // the last backoff, 0 after a job without failure
+	retryAt  time.Time     // no job starts before then
+	failedAt time.Time     // when its link last failed, zero after a success
+}
+
+// sharder is runSharded's state, touched by its goroutine only.
+type sharder struct {
+	c         *conn
+	ctx       context.Context
+	nodes     map[string]*shardNode
+	redirects map[uint16]int // MOVED hops followed in a row, per slot
+	lost      chan linkLost
+	done      chan *shardJob
 }
 
 // runSharded is run for sharded pub/sub: one connection per master that has
@@ -40,44 +68,57 @@ type linkLost struct {
 // connection is lost, its channels' Waiters are woken at once and the
 // channels subscribed again where their slots now live, after which their
 // Waiters are woken again: messages published in between are lost.
+//
+// Each node's subscriptions (and its dial) run as a job on a goroutine of
+// their own, one job per node at a time, every call bounded: a hung or dead
+// master holds up the channels of its own slots only.
 func (c *conn) runSharded() {
-	ctx := c.mux.ctx
-	links := map[string]*link{}
-	lost := make(chan linkLost)
-	defer func() {
-		for _, l := range links {
-			l.dc.Close()
-		}
-	}()
-	var retryIn time.Duration
-	var timer <-chan time.Time
-	flush := true
+	s := &sharder{c: c, ctx: c.mux.ctx, nodes: map[string]*shardNode{}, redirects: map[uint16]int{},
+		lost: make(chan linkLost), done: make(chan *shardJob)}
+	defer s.closeLinks()
 	for {
-		if flush {
-			retry := c.flushSharded(ctx, links, lost)
-			c.retireLinks(links)
-			timer = c.mux.retryTimer(retry, &retryIn)
+		var timer <-chan time.Time
+		if next := s.flush(); !next.IsZero() {
+			timer = time.After(time.Until(next))
 		}
-		kicks := c.kicks
-		if timer != nil {
-			kicks = nil // newcomers wait for the retry
-		}
-		flush = true
+		s.retireLinks()
 		select {
-		case <-kicks:
+		case <-c.kicks:
 		case <-timer:
-		case ev := <-lost:
-			if links[ev.l.addr] == ev.l {
-				c.dropLink(links, ev.l, true)
-			}
-			// A link lost while a retry is pending (most often the one
-			// just dialled to a node that is down) waits for that retry:
-			// flushing at once would redial the node in a tight loop.
-			flush = timer == nil
-		case <-ctx.Done():
+		case ev := <-s.lost:
+			// A node in backoff keeps its channels until its retry: no
+			// redial in a tight loop of a node that is down.
+			s.dropLink(ev.l, true)
+		case j := <-s.done:
+			s.jobDone(j)
+		case <-s.ctx.Done():
 			return
 		}
 	}
+}
+
+func (s *sharder) node(addr string) *shardNode {
+	n := s.nodes[addr]
+	if n == nil {
+		n = &shardNode{}
+		s.nodes[addr] = n
+	}
+	return n
+}
+
+func (s *sharder) closeLinks() {
+	for _, n := range s.nodes {
+		if n.link != nil {
+			n.link.dc.Close()
+		}
+	}
+}
+
+// backOff delays n's next job, doubling from minReconnectBackoff up to the
+// maximum backoff.
+func (s *sharder) backOff(n *shardNode) {
+	n.retryIn = min(max(2*n.retryIn, minReconnectBackoff), s.c.mux.cfg.maxBackoff)
+	n.retryAt = time.Now().Add(n.retryIn)
 }
 
 // openLink dials a shard connection to addr and watches it.
@@ -157,15 +198,19 @@ func (c *conn) unconfirm(e *entry) {
 }
 
 // dropLink closes l and resubscribes its channels elsewhere; broken tells a
-// loss (counted as a reconnect) from a retirement.
-func (c *conn) dropLink(links map[string]*link, l *link, broken bool) {
-	delete(links, l.addr)
-	l.dc.Close()
+// loss (counted as a reconnect) from a retirement. A link already dropped is
+// left alone, so that a loss reported twice (by its watcher and by a job
+// that failed on it) counts once.
+func (s *sharder) dropLink(l *link, broken bool) {
+	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	if l.closed {
+		c.mu.Unlock()
+		return
+	}
+	l.closed = true
 	if broken {
 		c.reconnects++
-		c.noteLinkFailed(l.addr)
 		// The master may be gone: ask for its slots' owners afresh.
 		for slot, addr := range c.slotOwner {
 			if addr == l.addr {
@@ -179,12 +224,22 @@ func (c *conn) dropLink(links map[string]*link, l *link, broken bool) {
 		}
 	}
 	c.kick()
+	c.mu.Unlock()
+	l.dc.Close()
+	n := s.node(l.addr)
+	if n.link == l {
+		n.link = nil
+	}
+	if broken {
+		n.failedAt = time.Now()
+	}
 }
 
 // retireLinks closes shard connections whose idle channels are as many as
 // their live ones (as retire does for classic pub/sub): the live ones are
 // subscribed again on a fresh connection, their Waiters woken once they are.
-func (c *conn) retireLinks(links map[string]*link) {
+func (s *sharder) retireLinks() {
+	c := s.c
 	c.mu.Lock()
 	if c.idle == 0 {
 		c.mu.Unlock()
@@ -203,16 +258,17 @@ func (c *conn) retireLinks(links map[string]*link) {
 	}
 	c.mu.Unlock()
 	for l, n := range idle {
-		if n >= live[l] && links[l.addr] == l {
-			c.dropLink(links, l, false)
+		if node := s.nodes[l.addr]; n >= live[l] && node != nil && node.link == l && !node.busy {
+			s.dropLink(l, false)
 		}
 	}
 }
 
-// flushSharded subscribes pending channels, each slot on its master. It
-// reports whether some are left for a retry after a backoff.
-func (c *conn) flushSharded(ctx context.Context, links map[string]*link, lost chan<- linkLost) (retry bool) {
+// pendingBySlot takes the channels waiting to be subscribed, by slot, with
+// each slot's master as last learned ("" when not known).
+func (c *conn) pendingBySlot() (map[uint16][]*entry, map[uint16]string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	bySlot := map[uint16][]*entry{}
 	for _, e := range c.toSub {
 		if c.entries[e.channel] != e || e.confirmed {
@@ -229,146 +285,124 @@ func (c *conn) flushSharded(ctx context.Context, links map[string]*link, lost ch
 	for slot := range bySlot {
 		owners[slot] = c.slotOwner[slot]
 	}
-	c.mu.Unlock()
+	return bySlot, owners
+}
+
+// flush hands the pending channels, by slot, to their masters' jobs. A node
+// running a job, or backing off, keeps its channels pending meanwhile; flush
+// returns when the first node backing off may take them (zero if none).
+func (s *sharder) flush() (next time.Time) {
+	bySlot, owners := s.c.pendingBySlot()
 	if len(bySlot) == 0 {
-		return false
+		return next
 	}
-	nodes := c.mux.client.Nodes()
+	clients := s.c.mux.client.Nodes()
+	s.prune(clients)
+	jobs := map[string]map[uint16][]*entry{}
+	now := time.Now()
 	for slot, es := range bySlot {
-		if ctx.Err() != nil {
-			c.requeue(es, ctx.Err())
+		addr := owners[slot]
+		if clients[addr] == nil {
+			addr = s.guessNode(clients)
+		}
+		n := s.node(addr)
+		switch {
+		case clients[addr] == nil: // no node known: wait as for a failed one
+			if !now.Before(n.retryAt) {
+				s.backOff(n)
+			}
+			s.c.requeue(es, errors.New("pubsub: no cluster node known"))
+			next = earlier(next, n.retryAt)
+			continue
+		case n.busy: // flushed again once its job is done
+			s.c.hold(es)
+			continue
+		case now.Before(n.retryAt):
+			s.c.hold(es)
+			next = earlier(next, n.retryAt)
 			continue
 		}
-		if !c.subscribeSlot(ctx, links, lost, nodes, slot, owners[slot], es) {
-			retry = true
+		if jobs[addr] == nil {
+			jobs[addr] = map[uint16][]*entry{}
 		}
+		jobs[addr][slot] = es
 	}
-	return retry
+	for addr, slots := range jobs {
+		s.start(addr, clients, slots)
+	}
+	return next
 }
 
-// subscribeSlot subscribes es (channels of slot) on the slot's master,
-// following MOVED replies. It reports false when es were requeued for a retry.
-func (c *conn) subscribeSlot(ctx context.Context, links map[string]*link, lost chan<- linkLost,
-	nodes map[string]rueidis.Client, slot uint16, addr string, es []*entry) bool {
-	for range maxRedirects {
-		node := nodes[addr]
-		if node == nil {
-			addr = c.guessNode(links, nodes)
-			if node = nodes[addr]; node == nil {
-				c.requeue(es, errors.New("pubsub: no cluster node known"))
-				return false
-			}
-		}
-		l := links[addr]
-		if l == nil {
-			l = c.openLink(ctx, addr, node, lost)
-			links[addr] = l
-		}
-		var rest []*entry
-		var err error
-		for start := 0; start < len(es); start += subscribeBatch {
-			batch := es[start:min(start+subscribeBatch, len(es))]
-			if rest, err = c.subscribeOn(ctx, l.dc, l, batch); err != nil {
-				rest = append(rest, es[start+len(batch):]...)
-				break
-			}
-		}
-		if err == nil {
-			delete(c.linkFailedAt, addr)
-			c.mu.Lock()
-			if c.slotOwner == nil {
-				c.slotOwner = map[uint16]string{}
-			}
-			c.slotOwner[slot] = addr
-			c.mu.Unlock()
-			return true
-		}
-		es = rest
-		var moved string
-		var notMaster *notMasterError
-		switch rerr, isRedis := rueidis.IsRedisErr(err); {
-		case errors.As(err, &notMaster):
-			// The node replicates the slot's master (or no longer serves
-			// the slot): nothing may be confirmed on it. Drop the link (a
-			// replica serves no subscription of ours) and go to the master.
-			c.dropLink(links, l, false)
-			if moved = notMaster.master; moved == "" {
-				c.requeue(es, err)
-				return false
-			}
-		case !isRedis:
-			// The connection failed: its loss is reported on lost; retry.
-			c.noteLinkFailed(addr)
-			c.requeue(es, err)
-			return false
-		default:
-			var ok bool
-			if moved, ok = rerr.IsMoved(); !ok {
-				c.requeue(es, err) // TRYAGAIN, CLUSTERDOWN, ASK, BUSY...
-				return false
-			}
-		}
-		addr = moved
-		if nodes[addr] == nil {
-			// rueidis does not know that node yet: a keyed command through
-			// the cluster client makes it follow the redirect and refresh
-			// its topology, so the node is there on the retry.
-			_ = c.mux.client.Do(ctx, c.mux.client.B().Exists().Key(es[0].channel).Build()).Error()
-			c.mu.Lock()
-			if c.slotOwner == nil {
-				c.slotOwner = map[uint16]string{}
-			}
-			c.slotOwner[slot] = addr
-			c.mu.Unlock()
-			c.requeue(es, err)
-			return false
+// prune forgets nodes gone from the topology that have nothing running.
+func (s *sharder) prune(clients map[string]rueidis.Client) {
+	for addr, n := range s.nodes {
+		if addr != "" && clients[addr] == nil && !n.busy && n.link == nil {
+			delete(s.nodes, addr)
 		}
 	}
-	c.requeue(es, errors.New("pubsub: too many MOVED redirections"))
-	return false
 }
 
-// guessNode picks a node for a slot whose master is not known: one already
-// connected, else the first by address; a node whose link failed lately
-// only when every node's did (then the one that failed longest ago), so
-// that a dead node does not keep the slots of live ones from being
-// subscribed. A wrong guess answers MOVED.
-func (c *conn) guessNode(links map[string]*link, nodes map[string]rueidis.Client) string {
-	for addr := range c.linkFailedAt {
-		if nodes[addr] == nil {
-			delete(c.linkFailedAt, addr) // gone from the topology
-		}
-	}
-	for addr := range links {
-		if _, failed := c.linkFailedAt[addr]; nodes[addr] != nil && !failed {
-			return addr
-		}
-	}
-	addrs := make([]string, 0, len(nodes))
-	for addr := range nodes {
-		addrs = append(addrs, addr)
-	}
-	sort.Strings(addrs)
-	best := ""
-	for _, addr := range addrs {
-		at, failed := c.linkFailedAt[addr]
-		if !failed {
-			return addr
-		}
-		if best == "" || at.Before(c.linkFailedAt[best]) {
-			best = addr
+// guessNode picks a node for a slot whose master is not known; a wrong
+// guess answers MOVED. Best is a node connected and free, then a free one
+// (by address), then one running a job (whose answer waits for that job); a
+// node whose link failed lately only when every node's did (then the one
+// that failed longest ago), so that a dead or hung node does not keep the
+// slots of live ones from being subscribed.
+func (s *sharder) guessNode(clients map[string]rueidis.Client) string {
+	best, bestRank := "", 0
+	for addr := range clients {
+		rank := s.guessRank(addr)
+		if best == "" || rank < bestRank || rank == bestRank && s.guessBefore(addr, best) {
+			best, bestRank = addr, rank
 		}
 	}
 	return best
 }
 
-// noteLinkFailed records that a link to addr broke or could not subscribe
-// (see guessNode).
-func (c *conn) noteLinkFailed(addr string) {
-	if c.linkFailedAt == nil {
-		c.linkFailedAt = map[string]time.Time{}
+func (s *sharder) guessRank(addr string) int {
+	n := s.nodes[addr]
+	switch {
+	case n == nil:
+		return 1
+	case !n.failedAt.IsZero():
+		return 3
+	case n.busy:
+		return 2
+	case n.link != nil:
+		return 0
 	}
-	c.linkFailedAt[addr] = time.Now()
+	return 1
+}
+
+// guessBefore orders nodes of one rank: the one that failed longest ago
+// first, then by address.
+func (s *sharder) guessBefore(a, b string) bool {
+	var fa, fb time.Time
+	if n := s.nodes[a]; n != nil {
+		fa = n.failedAt
+	}
+	if n := s.nodes[b]; n != nil {
+		fb = n.failedAt
+	}
+	if !fa.Equal(fb) {
+		return fa.Before(fb)
+	}
+	return a < b
+}
+
+// earlier is the earlier of a and b, a zero time standing for none.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// hold puts es back to wait for their node, as they were.
+func (c *conn) hold(es []*entry) {
+	c.mu.Lock()
+	c.toSub = append(c.toSub, es...)
+	c.mu.Unlock()
 }
 
 // notMasterError reports a shard connection whose node turned out not to be

@@ -2,10 +2,12 @@ package pubsub_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/pubsub"
 )
 
 // TestShardedDeadNodeCostsOnlyItsSlots: with one master dead (before the
@@ -79,4 +81,75 @@ func TestShardedDeadNodeCostsOnlyItsSlots(t *testing.T) {
 	if err := <-deadDone; err == nil {
 		t.Fatal("Subscribe on the dead master's slot succeeded")
 	}
+}
+
+// TestShardedHungNodeCostsOnlyItsSlots: with one master hung (SIGSTOP,
+// before the cluster notices: a long node timeout), a subscription pending
+// on it does not hold up the others: channels of the healthy masters' slots,
+// subscribed after the hung one, are confirmed at once. Once the master
+// resumes, its channel is subscribed too.
+func TestShardedHungNodeCostsOnlyItsSlots(t *testing.T) {
+	c := redistest.NewCluster(t, 3, 0, redistest.WithArgs("--cluster-node-timeout", "60000"))
+	ctx := mxContext(t)
+	rc := redistest.ClusterClient(t, c)
+	m := mxNew(t, rc)
+	if _, err := m.Sharded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chans := shardChannels(ctx, t, c, redistest.KeyPrefix(t))
+	hung := c.Masters[0]
+	if err := hung.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hung.Resume() })
+
+	hungDone := make(chan error, 1)
+	hungW := make(chan *pubsub.Waiter, 1)
+	go func() {
+		w, err := m.Subscribe(ctx, chans[hung])
+		hungW <- w
+		hungDone <- err
+	}()
+	mxEventually(t, mxPatience, func() (bool, string) {
+		n := m.Stats().Channels
+		return n == 1, fmt.Sprintf("%d channels", n)
+	})
+
+	for owner, ch := range chans {
+		if owner == hung {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		w, err := m.Subscribe(sctx, ch)
+		cancel()
+		if err != nil {
+			t.Fatalf("Subscribe(%s) on the healthy master %s with %s hung: %v after %v", ch, owner, hung, err, time.Since(start))
+		}
+		reply, err := owner.Do(ctx, "SPUBLISH", ch, "1")
+		if n, _ := reply.AsInt64(); err != nil || n != 1 {
+			t.Errorf("SPUBLISH %s on %s: %d receivers, %v; want 1", ch, owner, n, err)
+		}
+		mxWaitFired(t, w, ch)
+		w.Leave(true)
+	}
+	select {
+	case err := <-hungDone:
+		t.Fatalf("Subscribe on the hung master's slot returned %v", err)
+	default:
+	}
+
+	if err := hung.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hungDone; err != nil {
+		t.Fatalf("Subscribe on the resumed master's slot: %v", err)
+	}
+	w := <-hungW
+	defer w.Leave(true)
+	reply, err := hung.Do(ctx, "SPUBLISH", chans[hung], "1")
+	if n, _ := reply.AsInt64(); err != nil || n != 1 {
+		t.Errorf("SPUBLISH %s on the resumed %s: %d receivers, %v; want 1", chans[hung], hung, n, err)
+	}
+	mxWaitFired(t, w, "resumed")
 }
