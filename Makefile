@@ -8,6 +8,13 @@ DOCKER_HELPER := internal/redistest/dockerredis
 
 .PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names chaos check-redis
 
+# $(call beat,WHAT,COMMAND): runs COMMAND, printing "... still running: WHAT (Ns)"
+# every 8s while it runs, so that a long compile (go vet or a first build on a
+# cold cache) never leaves the terminal silent; exits with COMMAND's status.
+beat = { $(2) ; } & pid=$$!; s=0; \
+	while kill -0 $$pid 2>/dev/null; do sleep 1; s=$$((s+1)); \
+	if [ $$((s % 8)) -eq 0 ]; then echo "... still running: $(1) ($${s}s)"; fi; done; wait $$pid
+
 check-redis:
 	@if [ -z "$$REDIS_ADDR" ] && ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-server)"; \
@@ -20,19 +27,18 @@ check-redis:
 # 50s on a cold cache) shows its progress; then the binary runs.
 demo: check-redis
 	@echo "building the demo (the first build compiles the dependencies: about a minute; packages listed as they compile)..."
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	$(GO) build -v -o "$$tmp/rlock-demo" ./cmd/rlock-demo && \
-	echo "built; running the demo" && \
-	"$$tmp/rlock-demo"
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(call beat,building the demo,$(GO) build -v -o "$$tmp/rlock-demo" ./cmd/rlock-demo) || exit $$?; \
+	echo "built; running the demo"; "$$tmp/rlock-demo"
 
 ## test: vet, formatting, and every test with the race detector against real Redis
 test: check-redis
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
+	@echo "go vet ./..."; $(call beat,go vet,$(GO) vet ./...)
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	@# The Docker fallback's helper is a module of its own (see internal/redistest/container.go).
-	$(GO) -C $(DOCKER_HELPER) vet ./...
+	@echo "go -C $(DOCKER_HELPER) vet ./..."; $(call beat,go vet of the Docker helper,$(GO) -C $(DOCKER_HELPER) vet ./...)
 	@$(GO) -C $(DOCKER_HELPER) mod tidy -diff >/dev/null || { echo "$(DOCKER_HELPER)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(DOCKER_HELPER) mod tidy -diff; exit 1; }
 	@# One line per finished test and package, a heartbeat when nothing finished for
 	@# 8s, failures in full; pipefail keeps go test's exit status.
