@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,6 +71,7 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 		mu         sync.Mutex
 		acquiredAt = make([]time.Time, res.waiters)
 		fail       error
+		served     atomic.Int64 // waiters that had the lock, for progress
 	)
 	launched := time.Now()
 	for w := range res.waiters {
@@ -79,6 +81,7 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 			unlock, err := l.Lock(ctx)
 			if err == nil {
 				acquiredAt[w] = time.Now()
+				served.Add(1)
 				err = increment(context.WithoutCancel(ctx), rc, counter)
 				time.Sleep(s.hold)
 				err = errors.Join(err, unlock())
@@ -107,7 +110,7 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 	// round trip.
 	releasing := time.Now()
 	holderErr = errors.Join(holderErr, unlock())
-	wg.Wait()
+	waitReporting(&wg, res.waiters, &served)
 
 	if err := errors.Join(holderErr, fail); err != nil {
 		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), errDrainTooLong) {
@@ -129,6 +132,24 @@ func runBlocked(ctx context.Context, s settings, c contender, r *rig) (*blockedR
 		return nil, err
 	}
 	return res, nil
+}
+
+// waitReporting waits for wg, saying every few seconds how many of the
+// waiters had the lock (served counts them), so that a slow drain (a spin
+// loop's, on a loaded machine) does not look like a hang.
+func waitReporting(wg *sync.WaitGroup, waiters int, served *atomic.Int64) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			fmt.Printf("  ... %d of %d waiters served so far\n", served.Load(), waiters)
+		}
+	}
 }
 
 // sleepUntil sleeps until t, or until ctx ends.
