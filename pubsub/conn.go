@@ -304,8 +304,11 @@ func (c *conn) run() {
 	reconnect := false
 	for {
 		connected := time.Now()
-		dc, lost := c.dial()
-		dc, err := c.serve(ctx, dc, lost, reconnect)
+		dc, lost, err := c.dial(ctx)
+		if err != nil {
+			return // closed while dialling
+		}
+		dc, err = c.serve(ctx, dc, lost, reconnect)
 		// Close rather than release: a connection that carried subscriptions,
 		// or that stalled, must not go back to the pool, and closing does not
 		// wait on a server that stopped answering.
@@ -336,10 +339,14 @@ func (c *conn) run() {
 	}
 }
 
-func (c *conn) dial() (rueidis.DedicatedClient, <-chan error) {
+// dial opens a dedicated connection; it fails only when ctx ends first.
+func (c *conn) dial(ctx context.Context) (rueidis.DedicatedClient, <-chan error, error) {
 	c.dialledNodes = c.nodes() // before Dedicate: a switch in between is seen
-	dc, _ := c.mux.client.Dedicate()
-	return dc, dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage})
+	dc, err := dedicate(ctx, c.mux.client)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dc, dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: c.onMessage}), nil
 }
 
 // waitForChannels blocks until a channel is wanted; false when the
@@ -642,7 +649,10 @@ func (c *conn) retire(ctx context.Context, old rueidis.DedicatedClient) (rueidis
 		c.mu.Unlock()
 		return nil, nil, err
 	}
-	dc, lost := c.dial()
+	dc, lost, err := c.dial(ctx)
+	if err != nil {
+		return abort(nil, err)
+	}
 	for start := 0; start < len(moving); start += subscribeBatch {
 		batch := moving[start:min(start+subscribeBatch, len(moving))]
 		names := make([]string, len(batch))

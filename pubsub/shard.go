@@ -122,9 +122,12 @@ func (s *sharder) backOff(n *shardNode) {
 }
 
 // openLink dials a shard connection to addr and watches it.
-func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, lost chan<- linkLost) *link {
+func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, lost chan<- linkLost) (*link, error) {
 	l := &link{addr: addr, dropped: map[string]bool{}}
-	dc, _ := node.Dedicate()
+	dc, err := dedicate(ctx, node)
+	if err != nil {
+		return nil, err
+	}
 	l.dc = dc
 	ch := dc.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage:      func(m rueidis.PubSubMessage) { c.onShardMessage(l, m) },
@@ -139,7 +142,7 @@ func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, l
 		case <-ctx.Done():
 		}
 	}()
-	return l
+	return l, nil
 }
 
 // onShardMessage runs on rueidis's reading goroutine: it delivers a message

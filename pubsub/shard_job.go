@@ -46,7 +46,11 @@ func (s *sharder) start(addr string, clients map[string]rueidis.Client, slots ma
 func (c *conn) runJob(ctx context.Context, j *shardJob, lost chan<- linkLost, done chan<- *shardJob) {
 	defer c.mux.wg.Done()
 	if j.link == nil {
-		j.link = c.openLink(ctx, j.addr, j.clients[j.addr], lost)
+		l, err := c.openLink(ctx, j.addr, j.clients[j.addr], lost)
+		if err != nil {
+			return // the Multiplexer closed while the link was dialled
+		}
+		j.link = l
 	}
 	var failed error
 	for i := range j.slots {

@@ -568,7 +568,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	if lc.leaseSet {
 		newLease = lc.lease
 	}
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.c.Cfg.UnlockTimeout)
+	callCtx, cancel := m.c.UnlockContext(ctx)
 	defer cancel()
 	requestID := m.c.NewID()
 	t := h.Send(newLease)

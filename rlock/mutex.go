@@ -128,7 +128,7 @@ func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
 	if ended, cause := h.State(); ended && errors.Is(cause, ErrUnlocked) {
 		return 0, nil // unlocked; its owner field may have passed to another hold
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
+	ctx, cancel := m.c.UnlockContext(lockCtx)
 	defer cancel()
 	n, err := m.c.RC.Do(ctx, m.c.RC.B().Hget().Key(m.keys.lock).Field(h.Owner).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {

@@ -381,7 +381,7 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 		newLease = lc.lease
 		h.SetLease(newLease, false) // a fixed lease from now on
 	}
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rw.c.Cfg.UnlockTimeout)
+	callCtx, cancel := rw.c.UnlockContext(ctx)
 	defer cancel()
 	requestID := rw.c.NewID()
 	t := h.Send(newLease)
@@ -444,7 +444,7 @@ func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, re
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), rw.c.Cfg.UnlockTimeout)
+	ctx, cancel := rw.c.UnlockContext(lockCtx)
 	defer cancel()
 	lease, _ := h.Lease()
 	t := h.Send(lease)

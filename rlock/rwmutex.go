@@ -214,7 +214,7 @@ func (rw *RWMutex) HoldCount(lockCtx context.Context) (int, error) {
 	if !write {
 		key = rw.keys.counts
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), rw.c.Cfg.UnlockTimeout)
+	ctx, cancel := rw.c.UnlockContext(lockCtx)
 	defer cancel()
 	n, err := rw.c.RC.Do(ctx, rw.c.RC.B().Hget().Key(key).Field(h.Owner).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {

@@ -95,7 +95,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), m.c.Cfg.UnlockTimeout)
+	ctx, cancel := m.c.UnlockContext(lockCtx)
 	defer cancel()
 	lease, _ := h.Lease()
 	// At most two rounds: one that may keep the lock for a local waiter, and,

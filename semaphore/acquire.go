@@ -588,7 +588,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	h.BeginRelease()
 	defer h.EndRelease()
 	// The release sets no lease, so it needs no ticket.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(permitCtx), s.c.Cfg.UnlockTimeout)
+	ctx, cancel := s.c.UnlockContext(permitCtx)
 	defer cancel()
 	var released int64
 	err := core.RetryTransient(ctx, func() (err error) {

@@ -222,7 +222,7 @@ func parseGrant(data, secret string) (g grant, ok bool) {
 // expired anyway (lease is the lease its acquisition asked for).
 func (s *Semaphore) abandon(ctx context.Context, id, entry string, lease time.Duration) {
 	freeBy := time.Now().Add(max(lease, s.c.Cfg.WatchdogTimeout))
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.Cfg.UnlockTimeout)
+	actx, cancel := s.c.UnlockContext(ctx)
 	err := s.abandonScript(actx, id, entry)
 	cancel()
 	if err == nil || !unreachable(err) {

@@ -122,7 +122,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Client{
-		RC:        rc,
+		RC:        bounded{rc},
 		ID:        uuid.NewString(),
 		Cfg:       cfg,
 		Mux:       mux,
@@ -139,7 +139,8 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 // (waiting ones return ErrClosed). It then gives background work (see Go) up
 // to CloseGrace to finish, cancels BackgroundContext, and waits for that work
 // to return, so Close is prompt even when Redis is unreachable, as long as
-// background work honours BackgroundContext.
+// background work honours BackgroundContext (RC's commands do, even while
+// rueidis dials, see bounded).
 //
 // Clean-ups cut short leave behind only what expires by itself: a Mutex or
 // RWMutex waiter's place in a queue lapses max(its lease, 2s) after the
@@ -338,4 +339,19 @@ func (c *Client) PublishArg(ctx context.Context) string {
 		return "PUBLISH?"
 	}
 	return cmd
+}
+
+// UnlockContext is the context of a release or clean-up made for parent (a
+// lock context, or a caller's): it ignores parent's cancellation (a release
+// must run even once the lock context ended), lasts at most the unlock
+// timeout, and ends when Close cuts background work short, so that a release
+// running in the background (of a dropped lock context, say) never holds Close
+// up for longer than its grace when Redis is unreachable.
+func (c *Client) UnlockContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), c.Cfg.UnlockTimeout)
+	stop := context.AfterFunc(c.bgCtx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }

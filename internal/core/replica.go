@@ -113,7 +113,7 @@ func (c *Client) ackTimeout(ctx context.Context) (timeout time.Duration, cut boo
 // background is started to go on trying (the lease bounds the hold anyway),
 // and the last error is returned for the caller to report.
 func (c *Client) GiveBack(ctx context.Context, undo func(context.Context) error, background func()) error {
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Cfg.UnlockTimeout)
+	undoCtx, cancel := c.UnlockContext(ctx)
 	defer cancel()
 	err := RetryTransient(undoCtx, func() error {
 		e := undo(undoCtx)
