@@ -116,26 +116,31 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 	return &Mutex{c: c.c, t: c.t, name: name, fair: fair, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name, c.c.ID)}
 }
 
-// Close stops the watchdog and the multiplexer. Holds still open are not
-// released in Redis (a goroutine may still be inside its critical section); they
-// expire with their lease, and their lock contexts are cancelled at once with a
-// cause matching ErrLeaseLost and ErrClosed. Waiting Lock calls return
-// ErrClosed. Close is idempotent.
+// Close stops the watchdog and the multiplexer and frees the Client's holds,
+// as etcd's Session.Close revokes its lease. Every hold still open (Mutex,
+// RWMutex read and write holds, semaphore permits) first has its lock context
+// cancelled, with a cause matching ErrLeaseLost and ErrClosed, and is then
+// released in Redis by an owner-checked script that hands it to the next
+// waiter, as Unlock would, so that other processes need not wait out its
+// lease; a lock kept for this Client's next Lock (see WithLinger) is released
+// too. A goroutine still inside a critical section learns of the end from its
+// lock context. Waiting Lock calls return ErrClosed. Close is idempotent.
 //
 // Close returns promptly, even when Redis is unreachable: after the calls in
-// flight have returned, background clean-ups (waiters giving up their place in
-// a queue, acquisitions of unknown outcome being undone) get a short grace
-// (500ms) and are then cancelled; Close waits for them to return. What a
-// cut-short clean-up leaves in Redis expires by itself: a waiter's place in a
-// lock's queue max(its lease, 2s) after the re-check it planned (at most 4/5
-// of a watchdog timeout away), a hold within its lease.
+// flight have returned, the releases and other background clean-ups (waiters
+// giving up their place in a queue, acquisitions of unknown outcome being
+// undone) get a short grace (500ms, and at most the unlock timeout, see
+// WithUnlockTimeout) and are then cancelled; Close does not wait on commands
+// rueidis cannot cancel (a dial to a node that stopped answering). What a
+// cut-short clean-up leaves in Redis expires by itself: a hold within its
+// lease, a waiter's place in a lock's queue max(its lease, 2s) after the
+// re-check it planned (at most 4/5 of a watchdog timeout away).
 //
-// Close sends commands on the rueidis client given to New (the release of a
-// lock kept for this Client's next Lock, the clean-ups above), so close the
-// Client first and the rueidis client after it; with defers, defer rc.Close()
-// before defer c.Close(). In the other order those commands fail, and what
-// they would have removed stays in Redis until it expires as above: a kept
-// lock blocks other processes until its lease runs out.
+// Close sends commands on the rueidis client given to New (the releases
+// above), so close the Client first and the rueidis client after it; with
+// defers, defer rc.Close() before defer c.Close(). In the other order those
+// commands fail, and what they would have removed stays in Redis until it
+// expires as above: the holds block other processes until their leases run out.
 func (c *Client) Close() error {
 	c.t.flush()
 	c.c.Close()

@@ -122,6 +122,14 @@
 // Mutex.Lock): after ErrLeaseLost another owner may hold the lock, so it locks
 // again before carrying on, with a higher fencing token.
 //
+// Closing the Client frees its holds: Close cancels their lock contexts, then
+// releases them in Redis and hands them to the next waiters, as Unlock would
+// (see Client.Close). A holder that crashes, or whose Close cannot reach
+// Redis, frees nothing: its locks stay held until their lease runs out, the
+// watchdog timeout (30s by default) after the last renewal. Where that is too
+// long, shorten it with WithWatchdogTimeout (the watchdog renews every third
+// of it, so a shorter timeout costs more renewals).
+//
 // # Safety: what a lease does not guarantee
 //
 // A lock lease is an efficiency device, not a correctness guarantee. A holder

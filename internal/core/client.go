@@ -135,7 +135,8 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 }
 
 // Close stops the watchdog and the multiplexer, ends every hold with a cause
-// matching ErrLeaseLost and ErrClosed, and waits for calls in flight to return
+// matching ErrLeaseLost and ErrClosed and then frees it in Redis in the
+// background (see endAndFree), and waits for calls in flight to return
 // (waiting ones return ErrClosed). It then gives background work (see Go) up
 // to CloseGrace to finish, cancels BackgroundContext, and waits for that work
 // to return, so Close is prompt even when Redis is unreachable, as long as
@@ -145,9 +146,9 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 // Clean-ups cut short leave behind only what expires by itself: a Mutex or
 // RWMutex waiter's place in a queue lapses max(its lease, 2s) after the
 // re-check it planned (a semaphore waiter's within one watchdog timeout of
-// its last re-check), a hold or permit an acquisition
-// may have taken expires with its lease (the watchdog no longer renews it),
-// and a tombstone key with the lease it guards.
+// its last re-check), a hold or permit whose release did not run, or an
+// acquisition may have taken, expires with its lease (the watchdog no longer
+// renews it), and a tombstone key with the lease it guards.
 func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -166,7 +167,7 @@ func (c *Client) Close() {
 		c.mu.Unlock()
 		c.Mux.Close()
 		for _, h := range holds {
-			h.End(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed)))
+			c.endAndFree(h)
 		}
 		// Waiters that leave now still get to give up their place in Redis.
 		c.calls.Wait()
@@ -188,6 +189,23 @@ func (c *Client) Close() {
 		<-done
 	})
 	c.bg.Wait()
+}
+
+// endAndFree ends h for Close, cancelling its lock context first, and then
+// frees it in Redis in the background, as an Unlock would (the lock goes to
+// the next waiter): other processes need not wait out its lease. The owner-
+// checked abandon is idempotent and leaves a newer owner alone, so a release
+// in flight racing it does no harm; it is bounded by the unlock timeout and
+// cut short with the rest of the background work (see Close), leaving the
+// hold to expire with its lease when Redis does not answer.
+func (c *Client) endAndFree(h *Hold) {
+	if !h.end(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed))) || h.GiveBack == nil {
+		return // ended by something else, which answers for it
+	}
+	giveBack := h.GiveBack
+	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		_ = RetryTransient(ctx, func() error { return giveBack(ctx) })
+	})
 }
 
 // Enter registers a call in flight, which Close waits for; it reports false
