@@ -436,6 +436,9 @@ func (a *acquisition) why(err error) error {
 		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
 	case !waitOver:
 		return m.wrap("lock", err)
+	case errors.Is(a.lastErr, ErrNotReplicated):
+		// Redis answered; the replicas did not acknowledge in time.
+		return fmt.Errorf("rlock: lock %q: %w; last attempt: %w", m.name, err, core.Inner(a.lastErr))
 	case a.lastErr != nil && errors.Is(err, a.lastErr):
 		// The wait's error names it already (see core.WaitWith).
 		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
@@ -620,11 +623,13 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 	}
 	a.owner, a.secret, a.queuedAt, a.queued, a.uncertain = c.NewID(), newSecret(), core.Ticket{}, false, false
 	a.sawHolder = false
+	if c.Cfg.ReplicaAckRetry && w != nil {
+		// The wait goes on; if it runs out, the replicas are why.
+		a.lastErr = notReplicated(context.WithoutCancel(ctx), c, acked)
+		return false, ackRetryIn, nil
+	}
 	if ctx.Err() == nil {
 		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
-	}
-	if c.Cfg.ReplicaAckRetry && w != nil {
-		return false, ackRetryIn, nil
 	}
 	return false, 0, err
 }

@@ -284,6 +284,9 @@ func (a *rwAcquisition) why(err error) error {
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)
 	case !waitOver:
 		return rw.wrap(what, err)
+	case errors.Is(a.lastErr, ErrNotReplicated):
+		// Redis answered; the replicas did not acknowledge in time.
+		return fmt.Errorf("rlock: %s %q: %w; last attempt: %w", what, rw.name, err, core.Inner(a.lastErr))
 	case a.lastErr != nil && errors.Is(err, a.lastErr):
 		// The wait's error names it already (see core.WaitWith).
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)

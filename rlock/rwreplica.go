@@ -30,11 +30,13 @@ func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int
 	a.queuedAt, a.queuedArrival = core.Ticket{}, 0
 	a.arrival.Store(0)
 	a.sawHolder = false
+	if c.Cfg.ReplicaAckRetry && w != nil {
+		// The wait goes on; if it runs out, the replicas are why.
+		a.lastErr = notReplicated(context.WithoutCancel(ctx), c, acked)
+		return false, ackRetryIn, nil
+	}
 	if ctx.Err() == nil {
 		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
-	}
-	if c.Cfg.ReplicaAckRetry && w != nil {
-		return false, ackRetryIn, nil
 	}
 	return false, 0, err
 }

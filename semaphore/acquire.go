@@ -204,6 +204,9 @@ func (a *acquisition) failure(err error) error {
 	case !waitOver && core.Transient(err):
 		// One attempt (TryAcquire, Drain), and Redis could not be reached.
 		return fmt.Errorf("semaphore: %s %q: %w: %w", op, s.name, core.Inner(ErrUnavailable), err)
+	case waitOver && errors.Is(a.lastErr, ErrNotReplicated):
+		// Redis answered; the replicas did not acknowledge in time.
+		return fmt.Errorf("semaphore: %s %q: %w; last attempt: %w", op, s.name, err, core.Inner(a.lastErr))
 	case waitOver && a.lastErr != nil:
 		// The wait ran out while Redis could not be reached: say so, rather
 		// than that no permits were free.

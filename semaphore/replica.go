@@ -30,11 +30,13 @@ func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 	}
 	a.newID()
 	a.traced = false
+	if c.Cfg.ReplicaAckRetry && w != nil {
+		// The wait goes on; if it runs out, the replicas are why.
+		a.lastErr = fmt.Errorf("semaphore: acquire %q: %w", s.name, core.Inner(c.NotReplicated(context.WithoutCancel(ctx), acked)))
+		return false, core.AckRetryIn, nil
+	}
 	if ctx.Err() == nil {
 		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
-	}
-	if c.Cfg.ReplicaAckRetry && w != nil {
-		return false, core.AckRetryIn, nil
 	}
 	return false, 0, err
 }
