@@ -58,7 +58,17 @@ type scenario struct {
 	// reached by cluster clients that ask for replica acknowledgement (see
 	// cluster_test.go); the faults are failovers.
 	cluster bool
-	lease   time.Duration // the workers' watchdog timeout (0: watchdog)
+	// sendToReplicas: the workers' cluster clients send read-only commands
+	// to replicas (see workerConfig.SendToReplicas).
+	sendToReplicas bool
+	// sentinel: the lock lives on a master with one replica watched by three
+	// Sentinels, reached by Sentinel clients that ask for replica
+	// acknowledgement (see sentinel_test.go); the faults are failovers.
+	sentinel bool
+	// setup runs once the servers are up, before the workers start (it may
+	// pick the lock's name, say).
+	setup func(r *run)
+	lease time.Duration // the workers' watchdog timeout (0: watchdog)
 }
 
 // leaseOf is the lease of the scenario's holds.
@@ -94,6 +104,30 @@ func scenarios() []scenario {
 	// passed within a Client), which a failover can lose.
 	out = append(out, scenario{name: "cluster-failover", kind: "mutex", shortOps: 60, fullOps: 500, longEvery: 50, longHold: 4 * time.Second,
 		goroutines: 1, cluster: true, lease: clusterLease, inject: injectPrimaryKill})
+	// Partial failures of the cluster (full only): a master stopped
+	// (SIGSTOP) until its replica took over, the lock's and another; the
+	// lock's master killed just before a watchdog round of a long hold that
+	// outlasts the lease (its renewals must be retried on the promoted
+	// replica); the node with the lowest address, which clients try first,
+	// killed and kept dead, serving the lock or not; the failover scenario
+	// with clients that send read-only commands to replicas.
+	out = append(out,
+		scenario{name: "cluster-master-stalled", kind: "mutex", shortOps: 60, fullOps: 400, longEvery: 50, longHold: 4 * time.Second,
+			goroutines: 1, cluster: true, lease: clusterLease, fullOnly: true, inject: injectMasterStall},
+		scenario{name: "cluster-kill-watchdog", kind: "mutex", shortOps: 60, fullOps: 300, longEvery: 30, longHold: 6 * time.Second,
+			goroutines: 1, cluster: true, lease: clusterLease, fullOnly: true, inject: injectKillWatchdog},
+		scenario{name: "cluster-dead-lowest", kind: "mutex", shortOps: 60, fullOps: 400, longEvery: 50, longHold: 4 * time.Second,
+			goroutines: 1, cluster: true, lease: clusterLease, fullOnly: true, setup: setupDeadLowest(true), inject: injectDeadLowest},
+		scenario{name: "cluster-dead-lowest-other", kind: "mutex", shortOps: 60, fullOps: 400, longEvery: 50, longHold: 4 * time.Second,
+			goroutines: 1, cluster: true, lease: clusterLease, fullOnly: true, setup: setupDeadLowest(false), inject: injectDeadLowest},
+		scenario{name: "cluster-send-to-replicas", kind: "mutex", shortOps: 60, fullOps: 500, longEvery: 50, longHold: 4 * time.Second,
+			goroutines: 1, cluster: true, sendToReplicas: true, lease: clusterLease, fullOnly: true, inject: injectPrimaryKill},
+	)
+	// A master watched by Sentinels, failed over by plan (SENTINEL
+	// FAILOVER) as long holds begin, through Sentinel clients with replica
+	// acknowledgement (full only).
+	out = append(out, scenario{name: "sentinel-failover", kind: "mutex", shortOps: 60, fullOps: 500, longEvery: 50, longHold: 4 * time.Second,
+		goroutines: 1, sentinel: true, lease: clusterLease, fullOnly: true, inject: injectSentinelFailover})
 	// The RWMutex, mostly readers: one scenario per kind of fault in the
 	// short suite (a killed connection, a paused holder, a stalled server),
 	// the others in the full one. It has no ForceUnlock.

@@ -218,13 +218,48 @@ func (r *run) undoClusterFaults() {
 }
 
 // subscribedChannels returns the workload's channels that have subscribers on
-// the lock server (sharded ones on a cluster's master), with their counts.
+// the lock server (sharded ones on a cluster's master), with their counts;
+// on a cluster or a Sentinel group, the other data servers' too (a replica,
+// or a master demoted by a failover, must keep none), named "channel on
+// addr".
 func (r *run) subscribedChannels(ctx context.Context) (map[string]int64, error) {
+	counts, err := r.subscribedOn(ctx, r.lock)
+	if err != nil {
+		return nil, err
+	}
+	var others []*redistest.Server
+	switch {
+	case r.cluster != nil:
+		others = r.cluster.Nodes()
+	case r.sentinel != nil:
+		others = r.sentinel.Servers
+	}
+	for _, s := range others {
+		if s == r.lock {
+			continue
+		}
+		n, err := r.subscribedOn(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s, err)
+		}
+		for ch, k := range n {
+			if counts == nil {
+				counts = map[string]int64{}
+			}
+			counts[ch+" on "+s.Addr()] = k
+		}
+	}
+	return counts, nil
+}
+
+// subscribedOn returns the workload's channels that have subscribers on s
+// (sharded ones on a cluster), with their counts.
+func (r *run) subscribedOn(ctx context.Context, s *redistest.Server) (map[string]int64, error) {
 	kind, numsub := "CHANNELS", "NUMSUB"
 	if r.cluster != nil {
 		kind, numsub = "SHARDCHANNELS", "SHARDNUMSUB"
 	}
-	msg, err := r.lock.Do(ctx, "PUBSUB", kind, "chaos*")
+	msg, err := s.Do(ctx, "PUBSUB", kind, "chaos*")
 	if err != nil {
 		return nil, fmt.Errorf("PUBSUB %s: %w", kind, err)
 	}
@@ -232,7 +267,7 @@ func (r *run) subscribedChannels(ctx context.Context) (map[string]int64, error) 
 	if len(chans) == 0 {
 		return nil, nil
 	}
-	msg, err = r.lock.Do(ctx, append([]string{"PUBSUB", numsub}, chans...)...)
+	msg, err = s.Do(ctx, append([]string{"PUBSUB", numsub}, chans...)...)
 	if err != nil {
 		return nil, fmt.Errorf("PUBSUB %s: %w", numsub, err)
 	}

@@ -4,7 +4,8 @@
 // while faults are injected (killed connections, a restarted or stalled
 // server, paused holders, a cut-off watchdog, lost pub/sub messages, lost
 // command replies, ACL rights revoked at run time, ForceUnlock under load, the
-// master of the lock's slot killed on a Redis Cluster with replicas), and
+// master of the lock's slot killed, stalled or failed over on a Redis Cluster
+// with replicas or under Sentinel), and
 // check the outcome: fenced writes, no Mutex token granted twice, no lost
 // update, holders within the limit, no hold granted after a force-unlock with
 // an older token, no stuck waiter, nothing left behind (every key gone, the
@@ -29,6 +30,31 @@
 // replication): its replica is elected and the killed node rejoins as a
 // replica.
 // -chaos.noack runs it without the acknowledgement, to see what it saves.
+//
+// The full suite adds partial failures of that cluster and of Sentinel
+// (partial_test.go, sentinel_test.go), each with the Mutex workload:
+//
+//   - cluster-master-stalled stops a master (SIGSTOP) until its replica has
+//     taken over, then lets it go on: it comes back stale, with commands sent
+//     to it meanwhile, and is demoted. Every other stall hits a master that
+//     does not serve the lock; the notes show the workers going on.
+//   - cluster-kill-watchdog kills the lock's master just before a watchdog
+//     round of a hold that outlasts the lease: the renewals must be retried
+//     on the promoted replica (the notes say how each such hold ended).
+//   - cluster-dead-lowest and cluster-dead-lowest-other kill the node with
+//     the lowest address (the first a client tries for a slot whose owner it
+//     does not know) and keep it dead 5s before it rejoins; the lock is named
+//     to live on it (each kill a failover; acknowledged acquisitions wait
+//     meanwhile, the promoted master having no replica) or elsewhere (the
+//     workers must start operations while it is dead).
+//   - cluster-send-to-replicas is cluster-failover with cluster clients that
+//     send read-only commands to replicas (rueidis SendToReplicas).
+//   - sentinel-failover runs on a master with one replica watched by three
+//     Sentinels, through rueidis Sentinel clients with WithReplicaAck, and
+//     fails the master over by plan (SENTINEL FAILOVER) as long holds begin.
+//
+// On a cluster or a Sentinel group the leftover check asks every data
+// server, replicas and demoted masters too, for subscriptions.
 //
 // A short version of most scenarios runs with go test ./... (for the
 // RWMutex: conn-kill, holder-paused and redis-stalled); the full suite

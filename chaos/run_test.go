@@ -34,12 +34,14 @@ type run struct {
 	cfg     workerConfig       // common part of the workers' configuration
 	lock    *redistest.Server  // on a cluster: the master of the lock's slot
 	cluster *redistest.Cluster // the lock's cluster, in a cluster scenario
-	res     *redistest.Server
-	resRC   rueidis.Client
-	proxies []*faultproxy.Proxy
-	procs   []*exec.Cmd
-	stdins  []io.WriteCloser
-	stderrs []*lockedWriter
+	// sentinel is the lock's Sentinel group, in a sentinel scenario.
+	sentinel *redistest.SentinelGroup
+	res      *redistest.Server
+	resRC    rueidis.Client
+	proxies  []*faultproxy.Proxy
+	procs    []*exec.Cmd
+	stdins   []io.WriteCloser
+	stderrs  []*lockedWriter
 
 	// leftoverPatience bounds the wait for leftovers to go (0: default).
 	leftoverPatience time.Duration
@@ -137,7 +139,7 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		done:    map[int]bool{},
 		closed:  map[int]event{},
 	}
-	if sc.cluster {
+	if sc.cluster || sc.sentinel {
 		r.res = redistest.NewN(t, 1)[0]
 	} else {
 		servers := redistest.NewN(t, 2, redistest.WithDebugCommand())
@@ -158,8 +160,15 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	if sc.kind == "rw" {
 		r.cfg.WriteEvery = rwWrites
 	}
-	if sc.cluster {
+	r.cfg.SendToReplicas = sc.sendToReplicas
+	switch {
+	case sc.cluster:
 		r.startCluster()
+	case sc.sentinel:
+		r.startSentinel()
+	}
+	if sc.setup != nil {
+		sc.setup(r)
 	}
 	if sc.kind == "semaphore" {
 		setLimit(t, r.lock, limit)
@@ -172,8 +181,8 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 	}
 
 	for i := range workers {
-		if sc.cluster {
-			r.startWorker(i, "") // a cluster client, seeded with r.cfg.Cluster
+		if sc.cluster || sc.sentinel {
+			r.startWorker(i, "") // a cluster or Sentinel client (r.cfg.Cluster, r.cfg.Sentinel)
 			continue
 		}
 		p, err := faultproxy.Start(r.lock.Addr())
@@ -377,6 +386,10 @@ func (r *run) waitWorkers(cond func() bool, bound time.Duration) bool {
 func (r *run) undoFaults() {
 	if r.cluster != nil {
 		r.undoClusterFaults()
+		return
+	}
+	if r.sentinel != nil {
+		r.undoSentinelFaults()
 		return
 	}
 	for _, p := range r.proxies {

@@ -27,25 +27,32 @@ import (
 const workerEnv = "RELOCK_CHAOS_WORKER"
 
 type workerConfig struct {
-	ID         int
-	Kind       string   // "mutex", "semaphore" or "rw" (RWMutex)
-	LockAddr   string   // the lock server, usually through a fault proxy
-	Cluster    []string // instead: the masters of the lock's cluster (a cluster client)
-	ResAddr    string   // the resource server
-	Prefix     string
-	Name       string
-	Goroutines int
-	Total      int64 // operations in the whole run, over all workers
-	Limit      int64 // 1 for a Mutex
-	Watchdog   time.Duration
-	Wait       time.Duration // Lock / Acquire wait timeout
-	Work       time.Duration // time in the critical section
-	LongEvery  int64         // every LongEvery-th operation is long (0: none)
-	LongHold   time.Duration
-	Reenter    bool   // Mutex: re-enter every hold once, and unlock that level before the last
-	WriteEvery int64  // RWMutex: every WriteEvery-th operation writes (see isWrite)
-	Username   string // ACL user for the lock server ("": default user)
-	Password   string
+	ID       int
+	Kind     string   // "mutex", "semaphore" or "rw" (RWMutex)
+	LockAddr string   // the lock server, usually through a fault proxy
+	Cluster  []string // instead: the masters of the lock's cluster (a cluster client)
+	// Or instead: the Sentinels watching MasterSet, the lock's master (a
+	// Sentinel client, which follows its failovers).
+	Sentinel  []string
+	MasterSet string
+	// SendToReplicas: the cluster client sends read-only commands to
+	// replicas (rueidis.ClientOption.SendToReplicas: cmd.IsReadOnly()).
+	SendToReplicas bool
+	ResAddr        string // the resource server
+	Prefix         string
+	Name           string
+	Goroutines     int
+	Total          int64 // operations in the whole run, over all workers
+	Limit          int64 // 1 for a Mutex
+	Watchdog       time.Duration
+	Wait           time.Duration // Lock / Acquire wait timeout
+	Work           time.Duration // time in the critical section
+	LongEvery      int64         // every LongEvery-th operation is long (0: none)
+	LongHold       time.Duration
+	Reenter        bool   // Mutex: re-enter every hold once, and unlock that level before the last
+	WriteEvery     int64  // RWMutex: every WriteEvery-th operation writes (see isWrite)
+	Username       string // ACL user for the lock server ("": default user)
+	Password       string
 	// AckReplicas > 0: rlock.WithReplicaAck(AckReplicas, AckTimeout) and
 	// rlock.WithReplicaAckRetry.
 	AckReplicas int
@@ -157,8 +164,15 @@ func (w *worker) run() error {
 	defer resRC.Close()
 	lockOpt := rueidis.ClientOption{InitAddress: []string{cfg.LockAddr}, ForceSingleClient: true, DisableCache: true,
 		Username: cfg.Username, Password: cfg.Password}
-	if len(cfg.Cluster) > 0 {
+	switch {
+	case len(cfg.Cluster) > 0:
 		lockOpt.InitAddress, lockOpt.ForceSingleClient = cfg.Cluster, false
+	case len(cfg.Sentinel) > 0:
+		lockOpt.InitAddress, lockOpt.ForceSingleClient = cfg.Sentinel, false
+		lockOpt.Sentinel = rueidis.SentinelOption{MasterSet: cfg.MasterSet}
+	}
+	if cfg.SendToReplicas {
+		lockOpt.SendToReplicas = func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }
 	}
 	lockRC, err := rueidis.NewClient(lockOpt)
 	if err != nil {
