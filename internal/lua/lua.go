@@ -99,6 +99,23 @@ var (
 //go:embed probe.lua
 var probeSrc string
 
+var (
+	//go:embed inspect.lua
+	inspectSrc string
+	//go:embed rw_inspect.lua
+	rwInspectSrc string
+	//go:embed sem_inspect.lua
+	semInspectSrc string
+)
+
+// Read-only scripts that report a lock as it stands (holders, queue), one
+// round trip each, for the Inspect methods. They stand alone: no library.
+var (
+	Inspect    = rueidis.NewLuaScript(inspectSrc)
+	RWInspect  = rueidis.NewLuaScript(rwInspectSrc)
+	SemInspect = rueidis.NewLuaScript(semInspectSrc)
+)
+
 // Probe checks that the current ACL user may run every command the scripts and
 // clients of the module run, on representative keys and channels (see
 // probe.lua). It returns the denied command names; it touches no key.

@@ -2,7 +2,9 @@
 -- build time (see lua.go), so it declares functions only and touches no key.
 --
 -- The waiter queue of a lock, used by every script that includes this file:
---   queue zset:     entry -> arrival number (FIFO order)
+--   queue zset:     entry -> arrival number (FIFO order): the server clock
+--                   in microseconds when the entry first queued, or one past
+--                   the number before when that is later (see mutex_arrival)
 --   waiters zset:   entry -> deadline (server time, ms): the time by which the
 --                   waiter said it re-checks at the latest, plus
 --                   mutex_grace; a waiter that stops re-checking loses
@@ -165,6 +167,24 @@ local function mutex_dequeue(queue, waiters, entry)
   redis.call('ZREM', waiters, entry)
 end
 
+-- A new arrival number: the server clock in microseconds, or one past the
+-- number before when that is later (places taken faster than one per
+-- microsecond, or a clock stepped back). Numbers rise strictly, and an
+-- inspection reads the time a place was taken from its number (see
+-- inspect.lua).
+-- (SET .. GET: one command per place, as INCR would be; the caller sets the
+-- counter's expiry again.)
+local function mutex_arrival(seq)
+  now_ms()
+  local before = tonumber(redis.call('SET', seq, string.format('%d', clock_us), 'GET') or '0')
+  if before and before >= clock_us then
+    local n = before + 1
+    redis.call('SET', seq, string.format('%d', n))
+    return n
+  end
+  return clock_us
+end
+
 -- Joins the queue (or stays in it); recheck is the most milliseconds from now
 -- after which the waiter re-checks (see the waiters zset).
 -- The queue, deadlines and arrival counter expire together just after the
@@ -172,7 +192,7 @@ end
 -- waiters all vanished leaves nothing behind. (Deadlines are only ever
 -- brought forward after this, never pushed back.)
 local function mutex_enqueue(queue, waiters, seq, entry, recheck)
-  redis.call('ZADD', queue, 'NX', redis.call('INCR', seq), entry)
+  redis.call('ZADD', queue, 'NX', mutex_arrival(seq), entry)
   redis.call('ZADD', waiters, now_ms() + recheck + mutex_grace(entry), entry)
   local last = redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2]
   for _, key in ipairs({queue, waiters, seq}) do

@@ -22,9 +22,10 @@
 -- '/' .. owner: mode 'r' or 'w', the lease (ms) it asked for, its claim window
 -- (ms: a grant made to it while it waits runs for the shorter of the two, see
 -- Claims below), and a random hex secret known only to the waiter and to
--- whoever may read the queue key. The arrival counter restarts from the
--- server clock, not from 1, when it is missing (rw_arrival), so that a place
--- in the queue is never given an arrival number another place had.
+-- whoever may read the queue key. An arrival number is the server clock in
+-- microseconds when the place was taken, or one past the number before when
+-- that is later (rw_arrival), so that a place in the queue is never given an
+-- arrival number another place had, even after the counter expired.
 --
 -- Writer preference: a new reader enters only when no writer holds the lock
 -- and no one is queued; a writer only when no one holds it and no one is
@@ -102,20 +103,14 @@ local function rw_grace(lease)
   return math.max(tonumber(lease), 2000)
 end
 
--- A new arrival number. A missing counter starts from the server clock in
--- microseconds, above every number it issued before as long as the clock
--- rises and fewer than a million places a second are taken: no two places
--- ever share one (see the top of this file).
+-- A new arrival number: the server clock in microseconds, or one past the
+-- number before when that is later. A missing counter so starts from the
+-- clock, above every number it issued before as long as the clock rises and
+-- fewer than a million places a second are taken: no two places ever share
+-- one (see the top of this file); and an inspection reads the time a place
+-- was taken from its number (see rw_inspect.lua).
 local function rw_arrival()
-  local n = redis.call('INCR', KEYS[6])
-  if n == 1 then
-    -- INCR made the counter from nothing (no counter starts from 0): it
-    -- restarts from the clock in the same script, before anyone reads it.
-    now_ms()
-    n = clock_us
-    redis.call('SET', KEYS[6], string.format('%d', n))
-  end
-  return n
+  return mutex_arrival(KEYS[6])
 end
 
 -- A new fencing token (bump) or the counter as it is (readers share the last

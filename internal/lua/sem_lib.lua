@@ -87,7 +87,7 @@ end
 local st
 
 local function sem_load()
-  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp')
+  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq')
   st = {
     exists = v[1] ~= false or v[2] ~= false or v[4] ~= false or v[5] ~= false,
     limit = tonumber(v[1]),
@@ -95,6 +95,7 @@ local function sem_load()
     auto = v[3] ~= false,
     pexp = tonumber(v[4]),
     sexp = tonumber(v[5]),
+    seq = tonumber(v[6]) or 0,
   }
   st.used0, st.pexp0 = st.used, st.pexp
   -- pinned: the permits zset is known to hold a member whatever used says
@@ -152,20 +153,21 @@ local function sem_take(id, n, at)
 end
 
 -- Gives a new place in the queue its arrival number: above every number given
--- before. The counter lives in the state hash (a place needs a limit, so the
--- hash exists); one created afresh (the hash expired when idle, or was lost)
+-- before, and the server clock in microseconds when that is higher (so an
+-- inspection reads the time a place was taken from it, see sem_inspect.lua).
+-- The counter lives in the state hash (a place needs a limit, so the
+-- hash exists), read by sem_load; one created afresh (the hash expired when idle, or was lost)
 -- starts from the server clock in microseconds, not from 1, above every number
 -- the one before gave while places were taken slower than one per microsecond
 -- (as for the Mutex's fencing counter, see mutex_tokens): a grant names the
 -- place it was made to (see the top of this file), and no place is ever given
 -- the number of another.
 local function sem_arrival()
-  local a = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  if a == 1 then
-    now_ms()
-    a = sem_clock_us
-    redis.call('HSET', KEYS[1], 'seq', string.format('%d', a))
-  end
+  now_ms()
+  -- (Read by sem_load: one command per place, as HINCRBY would be.)
+  local a = math.max(st.seq + 1, sem_clock_us)
+  st.seq = a
+  redis.call('HSET', KEYS[1], 'seq', string.format('%d', a))
   return a
 end
 

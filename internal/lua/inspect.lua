@@ -1,0 +1,40 @@
+-- inspect: read a Mutex as it stands, for rlock's Mutex.Inspect. Read-only:
+-- it changes nothing, not even lapsed waiters (the next lock script drops
+-- those), so it reports them as they are.
+--
+-- KEYS[1]  lock hash (see acquire.lua)
+-- KEYS[2]  fencing counter
+-- KEYS[3]  queue zset (see mutex_lib.lua)
+-- KEYS[4]  waiter deadlines zset
+-- ARGV[1]  the most waiters to report, from the head
+--
+-- Returns an array (numbers as decimal strings; they may pass 2^31):
+--   {now, pttl, fence, queued, holders, waiters}
+--   now      the server clock in microseconds
+--   pttl     the lock hash's PTTL in ms (-2: no holder, -1: no expiry)
+--   fence    the fencing counter ('' when missing)
+--   queued   the number of entries in the queue
+--   holders  {owner, count, ...}: the hash's fields
+--   waiters  {owner, arrival, deadline, lease, '', ...} from the head: the
+--            entry's owner and lease (its secret is not returned), its
+--            arrival number and deadline ('' when it has none); the fifth
+--            item, '' here, is the mode or permits in rw_inspect.lua and
+--            sem_inspect.lua
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local holders = redis.call('HGETALL', KEYS[1])
+local waiters = {}
+local queue = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  local owner, lease = string.match(queue[i], '^(.+)/(%d+)/%d+/%x+$')
+  if owner then
+    local deadline = redis.call('ZSCORE', KEYS[4], queue[i]) or ''
+    waiters[#waiters + 1] = owner
+    waiters[#waiters + 1] = string.format('%d', tonumber(queue[i + 1]))
+    waiters[#waiters + 1] = deadline
+    waiters[#waiters + 1] = lease
+    waiters[#waiters + 1] = ''
+  end
+end
+return {string.format('%d', now), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[2]) or '',
+  tostring(redis.call('ZCARD', KEYS[3])), holders, waiters}

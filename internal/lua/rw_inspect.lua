@@ -1,0 +1,48 @@
+-- rw_inspect: read an RWMutex as it stands, for rlock's RWMutex.Inspect.
+-- Read-only: it changes nothing, not even lapsed readers or waiters (the next
+-- lock script drops those), so it reports them as they are.
+--
+-- KEYS[1]  writer hash (see rw_lib.lua)
+-- KEYS[2]  readers zset
+-- KEYS[3]  reader counts hash
+-- KEYS[4]  queue zset
+-- KEYS[5]  waiter deadlines zset
+-- KEYS[6]  fencing counter
+-- ARGV[1]  the most readers, and the most waiters, to report
+--
+-- Returns an array (numbers as decimal strings):
+--   {now, pttl, fence, queued, writer, readers, waiters, nreaders}
+--   now      the server clock in microseconds
+--   pttl     the writer hash's PTTL in ms (-2: no writer, -1: no expiry)
+--   fence    the fencing counter ('' when missing)
+--   queued   the number of entries in the queue
+--   writer   the writer hash's fields: {owner, count, 't', token}
+--   readers  {owner, expiry (server time, ms), count, ...}
+--   waiters  {owner, arrival, deadline, lease, mode, ...} from the head: as
+--            in inspect.lua, mode 'r' or 'w' (the secret is not returned)
+--   nreaders the number of readers in the readers zset
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local max = tonumber(ARGV[1]) - 1
+local readers = {}
+local scored = redis.call('ZRANGE', KEYS[2], 0, max, 'WITHSCORES')
+for i = 1, #scored, 2 do
+  readers[#readers + 1] = scored[i]
+  readers[#readers + 1] = scored[i + 1]
+  readers[#readers + 1] = redis.call('HGET', KEYS[3], scored[i]) or '0'
+end
+local waiters = {}
+local queue = redis.call('ZRANGE', KEYS[4], 0, max, 'WITHSCORES')
+for i = 1, #queue, 2 do
+  local mode, lease, owner = string.match(queue[i], '^([rw])/(%d+)/%d+/%x+/(.+)$')
+  if mode then
+    waiters[#waiters + 1] = owner
+    waiters[#waiters + 1] = string.format('%d', tonumber(queue[i + 1]))
+    waiters[#waiters + 1] = redis.call('ZSCORE', KEYS[5], queue[i]) or ''
+    waiters[#waiters + 1] = lease
+    waiters[#waiters + 1] = mode
+  end
+end
+return {string.format('%d', now), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[6]) or '',
+  tostring(redis.call('ZCARD', KEYS[4])), redis.call('HGETALL', KEYS[1]), readers, waiters,
+  tostring(redis.call('ZCARD', KEYS[2]))}
