@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/ctxcall"
 )
 
 // dedicate is client.Dedicate given up when ctx ends first (Close): rueidis
@@ -40,34 +42,9 @@ type boundedDC struct {
 }
 
 func (b boundedDC) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.DedicatedClient.Do(ctx, cmd)
-	}
-	res := make(chan rueidis.RedisResult, 1)
-	go func() { res <- b.DedicatedClient.Do(ctx, cmd) }()
-	select {
-	case r := <-res:
-		return r
-	case <-ctx.Done():
-		return rueidis.NewErrorResult(ctx.Err())
-	}
+	return ctxcall.Do(ctx, b.DedicatedClient.Do, cmd)
 }
 
 func (b boundedDC) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.DedicatedClient.DoMulti(ctx, multi...)
-	}
-	n := len(multi)
-	res := make(chan []rueidis.RedisResult, 1)
-	go func() { res <- b.DedicatedClient.DoMulti(ctx, multi...) }()
-	select {
-	case r := <-res:
-		return r
-	case <-ctx.Done():
-		out := make([]rueidis.RedisResult, n)
-		for i := range out {
-			out[i] = rueidis.NewErrorResult(ctx.Err())
-		}
-		return out
-	}
+	return ctxcall.DoMulti(ctx, b.DedicatedClient.DoMulti, multi...)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/ctxcall"
 )
 
 // bounded is the rueidis.Client the machinery sends its commands through:
@@ -18,36 +20,11 @@ type bounded struct {
 
 // Do is rueidis's Do, returning ctx's error once ctx ends.
 func (b bounded) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.Client.Do(ctx, cmd) // never cancelled: nothing to bound
-	}
-	res := make(chan rueidis.RedisResult, 1)
-	go func() { res <- b.Client.Do(ctx, cmd) }()
-	select {
-	case r := <-res:
-		return r
-	case <-ctx.Done():
-		return rueidis.NewErrorResult(ctx.Err())
-	}
+	return ctxcall.Do(ctx, b.Client.Do, cmd)
 }
 
 // DoMulti is rueidis's DoMulti, returning ctx's error for every command once
 // ctx ends.
 func (b bounded) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return b.Client.DoMulti(ctx, multi...)
-	}
-	n := len(multi)
-	res := make(chan []rueidis.RedisResult, 1)
-	go func() { res <- b.Client.DoMulti(ctx, multi...) }()
-	select {
-	case r := <-res:
-		return r
-	case <-ctx.Done():
-		out := make([]rueidis.RedisResult, n)
-		for i := range out {
-			out[i] = rueidis.NewErrorResult(ctx.Err())
-		}
-		return out
-	}
+	return ctxcall.DoMulti(ctx, b.Client.DoMulti, multi...)
 }
