@@ -441,9 +441,9 @@ func (a *acquisition) why(err error) error {
 		return fmt.Errorf("rlock: lock %q: %w; last attempt: %w", m.name, err, core.Inner(a.lastErr))
 	case a.lastErr != nil && errors.Is(err, a.lastErr):
 		// The wait's error names it already (see core.WaitWith).
-		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
+		return core.Refused(fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err))
 	case a.lastErr != nil:
-		return fmt.Errorf("%w: lock %q: %w; last error: %w", ErrUnavailable, m.name, err, a.lastErr)
+		return core.Refused(fmt.Errorf("%w: lock %q: %w; last error: %w", ErrUnavailable, m.name, err, a.lastErr))
 	case timedOut && a.sawHolder:
 		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, timeout.d, context.DeadlineExceeded)
 	case timedOut:

@@ -290,7 +290,7 @@ func (m *Mutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, m.name, core.Inner(err))
+	return core.Refused(fmt.Errorf("rlock: %s %q: %w", op, m.name, core.Inner(err)))
 }
 
 func (m *Mutex) notHeld(cause error) error {

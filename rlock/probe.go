@@ -11,8 +11,11 @@ import (
 )
 
 // ErrPermission reports that the Redis user of the rueidis client may not run
-// commands the locks need (see WithProbe); the error names them.
-var ErrPermission = errors.New("rlock: permission denied")
+// commands the locks need (see WithProbe); the error names them. A lock
+// operation refused a command for the user (an ACL changed after New) fails
+// with an error matching it too, naming the command; the script refused
+// changed nothing (Redis 7 and later, see WithProbe).
+var ErrPermission = core.ErrPermission
 
 // Probe settings (see WithProbe and WithProbeTimeout).
 const (

@@ -355,7 +355,7 @@ func (qm *QuorumMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, core.Inner(err))
+	return core.Refused(fmt.Errorf("rlock: %s quorum lock %q: %w", op, qm.name, core.Inner(err)))
 }
 
 // noHold is the error of a call given a context that carries no hold of the

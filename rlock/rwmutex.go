@@ -280,7 +280,7 @@ func (rw *RWMutex) wrap(op string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrLocked) {
 		return err
 	}
-	return fmt.Errorf("rlock: %s %q: %w", op, rw.name, core.Inner(err))
+	return core.Refused(fmt.Errorf("rlock: %s %q: %w", op, rw.name, core.Inner(err)))
 }
 
 // noHold is the error of an unlock given a context that carries no hold of

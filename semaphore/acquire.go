@@ -203,7 +203,7 @@ func (a *acquisition) failure(err error) error {
 		return err
 	case !waitOver && core.Transient(err):
 		// One attempt (TryAcquire, Drain), and Redis could not be reached.
-		return fmt.Errorf("semaphore: %s %q: %w: %w", op, s.name, core.Inner(ErrUnavailable), err)
+		return core.Refused(fmt.Errorf("semaphore: %s %q: %w: %w", op, s.name, core.Inner(ErrUnavailable), err))
 	case waitOver && errors.Is(a.lastErr, ErrNotReplicated):
 		// Redis answered; the replicas did not acknowledge in time.
 		return fmt.Errorf("semaphore: %s %q: %w; last attempt: %w", op, s.name, err, core.Inner(a.lastErr))
@@ -214,7 +214,7 @@ func (a *acquisition) failure(err error) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			ctxErr = context.DeadlineExceeded
 		}
-		return fmt.Errorf("semaphore: %s %q: %w: %w; last error: %w", op, s.name, core.Inner(ErrUnavailable), ctxErr, a.lastErr)
+		return core.Refused(fmt.Errorf("semaphore: %s %q: %w: %w; last error: %w", op, s.name, core.Inner(ErrUnavailable), ctxErr, a.lastErr))
 	case errors.Is(err, ErrNoPermits):
 		return err
 	case a.contended && errors.Is(err, context.DeadlineExceeded):
@@ -603,7 +603,7 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 	case err != nil:
 		id := h.Owner
 		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
-		return fmt.Errorf("semaphore: release %q: %w", s.name, ae)
+		return s.wrap("release", ae)
 	case released < 0:
 		h.End(ErrLeaseLost)
 		return s.notHeld(ErrLeaseLost)

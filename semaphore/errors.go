@@ -6,7 +6,10 @@ import (
 	"github.com/relockio/relock/internal/core"
 )
 
-// Errors returned (wrapped, with detail) by this package. Check them with errors.Is.
+// Errors returned (wrapped, with detail) by this package. Check them with
+// errors.Is. A command refused to the Redis user (an ACL changed after
+// rlock.New) fails the call with an error matching rlock.ErrPermission that
+// names it; the script refused changed nothing (Redis 7 and later).
 var (
 	// ErrNoPermits reports that TryAcquire or Drain found too few permits free.
 	ErrNoPermits = errors.New("semaphore: no permits available")

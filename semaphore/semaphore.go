@@ -237,9 +237,9 @@ func (s *Semaphore) State(ctx context.Context) (State, error) {
 // rlock (a closed Client, say) gives way to this package's: one per message.
 func (s *Semaphore) wrap(op string, err error) error {
 	if err == nil || strings.HasPrefix(err.Error(), "semaphore: ") {
-		return err
+		return core.Refused(err)
 	}
-	return fmt.Errorf("semaphore: %s %q: %w", op, s.name, core.Inner(err))
+	return core.Refused(fmt.Errorf("semaphore: %s %q: %w", op, s.name, core.Inner(err)))
 }
 
 // String describes the Semaphore for logs.

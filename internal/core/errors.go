@@ -3,6 +3,8 @@ package core
 import (
 	"errors"
 	"strings"
+
+	"github.com/redis/rueidis"
 )
 
 // Errors that every primitive reports the same way; package rlock re-exports
@@ -19,7 +21,32 @@ var (
 	// ErrNotReplicated: an acquisition too few replicas acknowledged in
 	// time (rlock.WithReplicaAck); it was undone.
 	ErrNotReplicated = errors.New("rlock: not acknowledged by enough replicas")
+	// ErrPermission: the Redis user may not run a command the locks need.
+	ErrPermission = errors.New("rlock: permission denied")
 )
+
+// Refused returns err, made to match ErrPermission as well when Redis refused
+// the ACL user a command: the NOPERM error of a lock script, which names the
+// command a script could not run (it checks them before it changes anything,
+// see lock_denied in internal/lua/publish_lib.lua), or the one Redis returns
+// for a command a script was refused halfway (Redis < 7, where a script
+// cannot check).
+func Refused(err error) error {
+	var re *rueidis.RedisError
+	if err == nil || errors.Is(err, ErrPermission) || !errors.As(err, &re) {
+		return err
+	}
+	if msg := re.Error(); strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "can't run this command") {
+		return refusedError{err}
+	}
+	return err
+}
+
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string        { return e.err.Error() }
+func (e refusedError) Unwrap() error        { return e.err }
+func (e refusedError) Is(target error) bool { return target == ErrPermission }
 
 // packagePrefixes start the messages of this module's errors.
 var packagePrefixes = []string{"rlock: ", "semaphore: ", "pubsub: "}

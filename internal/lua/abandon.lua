@@ -26,8 +26,14 @@
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
 -- lock is free afterwards it goes to the head waiter (or is announced when this
 -- owner held it), so that the next waiter is not delayed by the one that left.
+-- A NOPERM error names a command this call may run that the user may not:
+-- nothing was changed.
 local lock, owner = KEYS[1], ARGV[1]
-local denied = mutex_check_expire(lock)
+-- (Messages that may not be published are left out, and a head waiter who
+-- could not be told is not handed the lock: see mutex_handoff. The owner
+-- field is given up all the same.)
+local denied = lock_denied(lock_may('SET', KEYS[2], '1', 'PX', '1') and lock_may('HDEL', lock, 'f') and
+  lock_may('EXISTS', lock) and mutex_may_grant(lock) and mutex_may(KEYS[5], KEYS[3], KEYS[4]))
 if denied then
   return denied
 end

@@ -52,15 +52,19 @@
 --                      and is stale
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
---   a NOPERM error     the user may not set the lock's expiry: nothing was changed
+--   a NOPERM error     the user may not run a command this call may run
+--                      (named in the error): nothing was changed; or, the
+--                      lock being free, may not publish on the grant channel
+--                      of the waiter queued first: the lock was left free
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
-local denied = mutex_check_expire(lock)
-if denied then
-  return denied
-end
 
 if ARGV[3] == '1' then
+  local denied = lock_denied(lock_may('GET', KEYS[7]) and lock_may('SET', KEYS[7], '1', 'PX', '1') and
+    lock_may('HEXISTS', lock, 'f') and lock_may('HINCRBY', lock, 'f', '1') and lock_may('PEXPIRE', lock, '1'))
+  if denied then
+    return denied
+  end
   local done = redis.call('GET', KEYS[7])
   if done then
     -- Written again so that this call writes something: a WAIT after it on
@@ -78,6 +82,11 @@ if ARGV[3] == '1' then
   return {1, 0, count, 0, 0}
 end
 
+local denied = lock_denied(lock_may('EXISTS', KEYS[3]) and lock_may('PTTL', lock) and lock_may('HGET', lock, 'f') and
+  mutex_may_grant(lock) and mutex_may(fence, queue, waiters) and mutex_may_seq(KEYS[6]))
+if denied then
+  return denied
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
@@ -86,7 +95,11 @@ local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who
   -- missed its hand-off, say because the last holder's lease ran out).
-  wait = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
+  local _
+  wait, _, denied = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
+  if denied then
+    return denied
+  end
   if wait <= 0 then
     local left = 0
     if wait < 0 then

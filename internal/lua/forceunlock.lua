@@ -14,12 +14,22 @@
 -- ARGV[4]  fencing tokens to reserve for a queued waiter handed the lock
 -- ARGV[5]  grant channel prefix (see mutex_lib.lua)
 --
--- Returns 1 when a lock was deleted (and handed on or announced), 0 when none existed.
-local denied = mutex_check_expire(KEYS[1])
+-- Returns 1 when a lock was deleted (and handed on or announced), 0 when none
+-- existed; a NOPERM error naming a command this call may run that the user
+-- may not (the unlock channel, or a former owner's grant channel, included):
+-- nothing was changed.
+local denied = lock_denied(lock_may('HKEYS', KEYS[1]) and mutex_may_grant(KEYS[1]) and
+  mutex_may(KEYS[4], KEYS[2], KEYS[3]) and lock_may_publish(ARGV[1], ARGV[2]))
 if denied then
   return denied
 end
 local owners = redis.call('HKEYS', KEYS[1])
+for _, owner in ipairs(owners) do
+  denied = lock_denied(lock_may_publish(ARGV[1], mutex_grant_channel(ARGV[5], owner)))
+  if denied then
+    return denied
+  end
+end
 if redis.call('DEL', KEYS[1]) == 1 then
   for _, owner in ipairs(owners) do
     lock_publish(ARGV[1], mutex_grant_channel(ARGV[5], owner), '@' .. owner .. ' !')

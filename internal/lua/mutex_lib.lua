@@ -114,20 +114,31 @@ local function mutex_fence_seen(fence)
   return clock_us
 end
 
--- Refuses to start a script that may create the lock hash when this Redis
--- user may not set its expiry: a denial between HSET and PEXPIRE would leave
--- a lock that never expires (and one between INCRBY and PEXPIREAT a fencing
--- counter, one between ZADD and PEXPIREAT a queue). Redis < 7 has no
--- acl_check_cmd: no check there.
-local function mutex_check_expire(lock)
-  if redis.acl_check_cmd then
-    for _, cmd in ipairs({'PEXPIRE', 'PEXPIREAT'}) do
-      if not redis.acl_check_cmd(cmd, lock, '1') then
-        return redis.error_reply('NOPERM this user has no permission to run ' .. cmd .. ' on ' .. lock .. ', which the lock scripts need; nothing was changed')
-      end
-    end
-  end
-  return nil
+-- Whether this user may run what the Mutex scripts may run on the fencing
+-- counter, the queue and the waiters zsets, and TIME (see lock_may): with
+-- lock_may on the lock hash for the commands each script runs there, the
+-- check before a script's first write.
+local function mutex_may(fence, queue, waiters)
+  return lock_may_time() and
+    lock_may('GET', fence) and lock_may('INCRBY', fence, '1') and lock_may('SET', fence, '1', 'PX', '1') and
+    lock_may('PEXPIREAT', fence, '1') and
+    lock_may('ZRANGE', queue, '0', '0') and lock_may('ZCARD', queue) and lock_may('ZADD', queue, '1', 'm') and
+    lock_may('ZREM', queue, 'm') and lock_may('PEXPIREAT', queue, '1') and
+    lock_may('ZRANGE', waiters, '0', '0') and lock_may('ZRANGEBYSCORE', waiters, '0', '0') and
+    lock_may('ZSCORE', waiters, 'm') and lock_may('ZADD', waiters, '1', 'm') and lock_may('ZREM', waiters, 'm') and
+    lock_may('PEXPIREAT', waiters, '1')
+end
+
+-- Whether this user may hand the free lock on (mutex_handoff), on the lock
+-- hash: with mutex_may.
+local function mutex_may_grant(lock)
+  return lock_may('HSET', lock, 'f', '1') and lock_may('PEXPIRE', lock, '1') and lock_may('DEL', lock)
+end
+
+-- Whether this user may queue a waiter (mutex_enqueue), on the arrival
+-- counter: with mutex_may.
+local function mutex_may_seq(seq)
+  return lock_may('INCR', seq) and lock_may('PEXPIREAT', seq, '1')
 end
 
 -- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so
@@ -243,12 +254,15 @@ end
 -- claim lapses, the second one's re-check hands the lock to the next hung
 -- waiter, and its reply tells it when that claim lapses in turn.
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
--- no one waits, or -1) and the last fencing token reserved (0 when none was).
+-- no one waits, or -1) and the last fencing token reserved (0 when none was),
+-- and, when the head waiter's grant channel may not be published on (an ACL),
+-- the refusal: the lock is then left free and the head queued. Other messages
+-- that may not be published are left out (listeners re-check in time anyway).
 local function mutex_handoff(lock, fence, queue, waiters, publish, channel, grants, message, self, block, head)
   while true do
     head = head or mutex_head(queue, waiters)
     if not head then
-      if message then
+      if message and lock_may_publish(publish, channel) then
         lock_publish(publish, channel, message)
       end
       return 0, 0
@@ -256,8 +270,14 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
     if head == self then
       return -1, 0
     end
-    mutex_dequeue(queue, waiters, head)
     local owner, lease, claim, secret = string.match(head, '^(.+)/(%d+)/(%d+)/(%x+)$')
+    if owner and not lock_may_publish(publish, mutex_grant_channel(grants, owner)) then
+      -- A grant no one could be told of is not made: the head stays
+      -- queued and takes the lock when it re-checks.
+      return 0, 0, lock_refusal(lock_publish_name(publish), mutex_grant_channel(grants, owner),
+        'the lock was not handed to the waiter queued first, who could not be told of it')
+    end
+    mutex_dequeue(queue, waiters, head)
     if owner and tonumber(lease) > 0 and tonumber(claim) > 0 then
       local ttl = math.min(tonumber(lease), tonumber(claim))
       redis.call('HSET', lock, owner, 1)
@@ -275,7 +295,8 @@ local function mutex_handoff(lock, fence, queue, waiters, publish, channel, gran
           for _, entry in ipairs(redis.call('ZRANGE', queue, 0, MUTEX_CHASE - 1)) do
             local nxt = string.match(entry, '^(.+)/%d+/%d+/%x+$')
             local by = now + ttl + mutex_grace(entry)
-            if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by then
+            if nxt and tonumber(redis.call('ZSCORE', waiters, entry) or by + 1) > by and
+                lock_may_publish(publish, mutex_grant_channel(grants, nxt)) then
               lock_publish(publish, mutex_grant_channel(grants, nxt), string.format('@%s ~%d', nxt, ttl))
               redis.call('ZADD', waiters, 'XX', by, entry)
             end

@@ -22,3 +22,63 @@ local function lock_publish(cmd, channel, message)
   return redis.call(cmd, channel, message)
 end
 
+-- The command name of a publish command as passed by the Client.
+local function lock_publish_name(cmd)
+  if cmd == 'PUBLISH?' then
+    return 'PUBLISH'
+  end
+  return cmd
+end
+
+-- The error of a script refused cmd on key ('' for none); done says what the
+-- script did before it stopped.
+local function lock_refusal(cmd, key, done)
+  local on = ''
+  if key ~= '' then
+    on = ' on ' .. key
+  end
+  return redis.error_reply('NOPERM the Redis user may not run ' .. cmd .. on .. ', which the lock scripts need; ' .. done)
+end
+
+-- Before its first write, a script asks Redis whether this user may run
+-- every command it may run after that, on its keys and channels
+-- (redis.acl_check_cmd: no command is run), so that a refusal changes
+-- nothing instead of leaving a lock held by a caller told it failed, or a key
+-- without its expiry: Redis checks each command a script runs, and stops the
+-- script at the refused one. Redis < 7 cannot tell: every check passes there.
+-- The checks are direct calls chained with 'and' (no tables, no string
+-- parsing): they run on every call of the scripts.
+local lock_acl = redis.acl_check_cmd
+local lock_refused_cmd, lock_refused_key = nil, nil
+
+-- Whether the user may run cmd on key with the arguments given (shaped as
+-- the scripts send them); when not, lock_denied reports it.
+local function lock_may(cmd, key, ...)
+  if not lock_acl or lock_acl(cmd, key, ...) then
+    return true
+  end
+  lock_refused_cmd, lock_refused_key = cmd, key
+  return false
+end
+
+local function lock_may_time()
+  if not lock_acl or lock_acl('TIME') then
+    return true
+  end
+  lock_refused_cmd, lock_refused_key = 'TIME', ''
+  return false
+end
+
+-- nil when allowed (a chain of lock_may) holds, else the error reply naming
+-- the command refused.
+local function lock_denied(allowed)
+  if allowed then
+    return nil
+  end
+  return lock_refusal(lock_refused_cmd, lock_refused_key, 'nothing was changed')
+end
+
+-- Whether this Redis user may publish on channel (see lock_denied).
+local function lock_may_publish(cmd, channel)
+  return lock_may(lock_publish_name(cmd), channel, 'm')
+end

@@ -20,9 +20,11 @@
 --                        its owner field ('' if unknown), so that the caller
 --                        can tell one holder of a majority from a split vote
 --   {-2}                 this owner field was abandoned: never reuse it
---   a NOPERM error       the user may not set the lock's expiry: nothing changed
+--   a NOPERM error       the user may not run a command this call may run
+--                        (named in the error): nothing changed
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
-local denied = mutex_check_expire(lock)
+local denied = lock_denied(lock_may('EXISTS', KEYS[2]) and lock_may('PTTL', lock) and lock_may('HSET', lock, 'f', '1') and
+  lock_may('PEXPIRE', lock, '1') and lock_may('HEXISTS', lock, 'f') and lock_may('HKEYS', lock))
 if denied then
   return denied
 end

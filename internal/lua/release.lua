@@ -55,9 +55,16 @@
 --   {-3, first, last}   kept: a successor was named and no one else is
 --                       queued; the lock stays with the owner field, lease re-set,
 --                       with the fencing tokens first..last reserved
+--   a NOPERM error      the user may not run a command this call may run
+--                       (named in the error, the final level's PUBLISH on the
+--                       unlock channel included): nothing was changed; or
+--                       may not publish on the grant channel of the waiter
+--                       queued first: the lock was freed, not handed to it
 local lock, latch, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
-local denied = mutex_check_expire(lock)
+local denied = lock_denied(lock_may('GET', latch) and lock_may('SET', latch, '1', 'PX', '1') and
+  lock_may('SET', KEYS[7], '1', 'PX', '1') and lock_may('HGET', lock, 'f') and mutex_may_grant(lock) and
+  mutex_may(fence, queue, waiters) and mutex_may_seq(KEYS[6]))
 if denied then
   return denied
 end
@@ -75,6 +82,11 @@ if not count then
   return {-1}
 end
 local left = tonumber(count) - 1
+if left <= 0 and not lock_may_publish(ARGV[3], ARGV[4]) then
+  -- The final level announces the lock or hands it on: refused before it
+  -- changes anything, rather than freed with no one told.
+  return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
+end
 local block = tonumber(ARGV[7])
 local reply
 if left > 0 then
@@ -84,14 +96,14 @@ if left > 0 then
 elseif ARGV[8] == '' then
   mutex_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block)
+  denied = select(3, mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
   reply = '0'
 else
   local head = mutex_head(queue, waiters)
   if not head and ARGV[12] == '1' then
     mutex_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block)
+    denied = select(3, mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
     reply = '-4'
   elseif not head then
     redis.call('PEXPIRE', lock, lease)
@@ -103,7 +115,8 @@ else
     -- Queued before the hand-off, so that the grant counts it among the
     -- waiters behind the new holder (which then knows to take turns).
     mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], tonumber(ARGV[9]))
-    local granted, last = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
+    local granted, last
+    granted, last, denied = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
     -- The successor re-checks when the grant lapses (at once when none was
     -- made), as the reply tells its Client.
     redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_grace(ARGV[8]), ARGV[8])
@@ -112,6 +125,10 @@ else
     end
     reply = string.format('0 %d %d', last, granted)
   end
+end
+if denied then
+  -- (No latch: the refusal is final, the Client does not retry it.)
+  return denied
 end
 redis.call('SET', latch, reply, 'PX', ARGV[6])
 local out = {}

@@ -5,8 +5,21 @@
 -- ARGV[i+1]  owner field of hold i
 --
 -- Returns an array with one entry per key: 1 when the owner still held the lock
--- and its lease was extended, 0 when the hold is gone (nothing is changed).
+-- and its lease was extended, 0 when the hold is gone (nothing is changed); a
+-- NOPERM error naming a command the user may not run: nothing was changed.
 local lease = ARGV[1]
+-- A refused command fails the batch before it extends any lease, naming the
+-- command (see lock_denied in publish_lib.lua; Redis < 7 cannot tell).
+if redis.acl_check_cmd then
+  for _, lock in ipairs(KEYS) do
+    if not redis.acl_check_cmd('HEXISTS', lock, 'f') then
+      return redis.error_reply('NOPERM the Redis user may not run HEXISTS on ' .. lock .. ', which the lock scripts need; nothing was changed')
+    end
+    if not redis.acl_check_cmd('PEXPIRE', lock, '1') then
+      return redis.error_reply('NOPERM the Redis user may not run PEXPIRE on ' .. lock .. ', which the lock scripts need; nothing was changed')
+    end
+  end
+end
 local renewed = {}
 for i, lock in ipairs(KEYS) do
   if redis.call('HEXISTS', lock, ARGV[i + 1]) == 1 then

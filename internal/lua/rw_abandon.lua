@@ -20,9 +20,11 @@
 -- ARGV[9]    its secret: with ARGV[2] and ARGV[3], its queue entry (see rw_lib.lua)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise; a
--- NOPERM error when the user may not set the lock's expiry (nothing changed).
+-- NOPERM error naming a command the user may not run (nothing changed). A grant
+-- that could not be announced is not made (see rw_serve); the field is given
+-- up all the same.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
-local denied = mutex_check_expire(KEYS[1])
+local denied = lock_denied(rw_may() and lock_may('SET', KEYS[8], '1', 'PX', '1'))
 if denied then
   return denied
 end

@@ -49,7 +49,8 @@
 --   a NOPERM error     the user may not set the lock's expiry: nothing changed
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local publish, readch, grants = ARGV[7], ARGV[8], ARGV[9]
-local denied = mutex_check_expire(KEYS[1])
+local denied = lock_denied(rw_may() and lock_may('EXISTS', KEYS[8]) and lock_may('GET', KEYS[9]) and
+  lock_may('SET', KEYS[9], '1', 'PX', '1'))
 if denied then
   return denied
 end
@@ -121,7 +122,10 @@ if mode == 'r' and ARGV[10] ~= '' then
 end
 
 -- The lock may be free for those queued first (a lease ran out, say).
-rw_serve(now, owner, publish, readch, grants)
+denied = rw_serve(now, owner, publish, readch, grants)
+if denied then
+  return denied
+end
 mine = held()
 if mine then
   return mine

@@ -1,6 +1,6 @@
 -- rw_lib: helpers shared by the RWMutex scripts; prepended to each of them at
 -- build time after mutex_lib.lua (see lua.go), whose now_ms, mutex_tokens,
--- mutex_check_expire, mutex_bury and mutex_grant_channel it uses. It declares
+-- mutex_bury and mutex_grant_channel it uses (and lock_denied, of publish_lib.lua). It declares
 -- functions only and touches no key.
 --
 -- Every RWMutex script but rw_renew.lua receives the same first seven KEYS,
@@ -76,6 +76,35 @@ local RW_CHASE = 2
 -- The tag of every reader waiter of a lock on its read channel (see
 -- pubsubx.SetTag): no owner field is spelt so.
 local RW_READ_TAG = 'r'
+
+-- Whether this user may run what the RWMutex scripts may run on KEYS[1..7]
+-- (see lock_may): with lock_may on a script's own further keys, the check
+-- before its first write.
+local function rw_may()
+  local w, r, n, q, d, a, f = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+  return lock_may_time() and
+    lock_may('PTTL', w) and lock_may('EXISTS', w) and lock_may('HGET', w, 'f') and lock_may('HMGET', w, 'f') and
+    lock_may('HEXISTS', w, 'f') and lock_may('HSET', w, 'f', '1') and lock_may('HINCRBY', w, 'f', '1') and
+    lock_may('PEXPIRE', w, '1') and lock_may('DEL', w) and
+    lock_may('ZRANGE', r, '0', '0') and lock_may('ZRANGEBYSCORE', r, '0', '0') and lock_may('ZADD', r, '1', 'm') and
+    lock_may('ZREM', r, 'm') and lock_may('ZCARD', r) and lock_may('PTTL', r) and lock_may('PEXPIREAT', r, '1') and
+    lock_may('HGET', n, 'f') and lock_may('HEXISTS', n, 'f') and lock_may('HSET', n, 'f', '1') and
+    lock_may('HINCRBY', n, 'f', '1') and lock_may('HDEL', n, 'f') and lock_may('PTTL', n) and lock_may('PEXPIREAT', n, '1') and
+    lock_may('ZRANGE', q, '0', '0') and lock_may('ZSCORE', q, 'm') and lock_may('ZADD', q, '1', 'm') and
+    lock_may('ZREM', q, 'm') and lock_may('ZCARD', q) and lock_may('PEXPIREAT', q, '1') and
+    lock_may('ZRANGE', d, '0', '0') and lock_may('ZRANGEBYSCORE', d, '0', '0') and lock_may('ZSCORE', d, 'm') and
+    lock_may('ZADD', d, '1', 'm') and lock_may('ZREM', d, 'm') and lock_may('PEXPIREAT', d, '1') and
+    lock_may('INCR', a) and lock_may('SET', a, '1', 'PX', '1') and lock_may('PEXPIREAT', a, '1') and
+    lock_may('GET', f) and lock_may('INCRBY', f, '1') and lock_may('SET', f, '1', 'PX', '1') and lock_may('PTTL', f) and
+    lock_may('PEXPIREAT', f, '1')
+end
+
+-- The refusal of a grant that could not be announced on channel (see
+-- rw_serve).
+local function rw_unannounced(publish, channel)
+  return lock_refusal(lock_publish_name(publish), channel,
+    'the lock was not handed to the waiters queued first, who could not be told of it')
+end
 
 local function rw_dequeue(entry)
   redis.call('ZREM', KEYS[4], entry)
@@ -215,7 +244,12 @@ local function rw_notice(now, self, claimed, publish, readch, grants)
   for _, entry in ipairs(redis.call('ZRANGE', KEYS[4], 0, RW_CHASE - 1)) do
     local mode, lease, _, _, owner = rw_parse(entry)
     local by = mode and now + claimed + rw_grace(lease)
-    if mode and owner ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by then
+    local channel = readch
+    if mode == 'w' then
+      channel = mutex_grant_channel(grants, owner)
+    end
+    if mode and owner ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by and
+        lock_may_publish(publish, channel) then
       if mode == 'w' then
         lock_publish(publish, mutex_grant_channel(grants, owner), string.format('@%s ~%d', owner, claimed))
       elseif not readers_told then
@@ -231,9 +265,13 @@ end
 -- this file). self is the calling owner: a grant to it is not announced, and
 -- runs for its whole lease once the caller finds it. publish is PUBLISH,
 -- SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read channel, grants
--- the grant channel prefix. Call rw_reclaim first.
+-- the grant channel prefix. Call rw_reclaim first. Returns, when the head
+-- could not be told of its grant (an ACL refuses the channel), the refusal:
+-- the grant is not made, and the head stays queued and takes the lock when it
+-- re-checks. Other notices that may not be published are left out.
 local function rw_serve(now, self, publish, readch, grants)
   local claimed -- the shortest claim window granted to others, if any
+  local refused
   for _ = 1, RW_SERVE_MAX do
     if redis.call('EXISTS', KEYS[1]) == 1 then
       break
@@ -248,6 +286,10 @@ local function rw_serve(now, self, publish, readch, grants)
     elseif mode == 'w' then
       if redis.call('ZCARD', KEYS[2]) > 0 then
         break -- readers hold: the last to leave serves the writer
+      end
+      if owner ~= self and not lock_may_publish(publish, mutex_grant_channel(grants, owner)) then
+        refused = rw_unannounced(publish, mutex_grant_channel(grants, owner))
+        break
       end
       local arrival = tonumber(redis.call('ZSCORE', KEYS[4], head))
       rw_dequeue(head)
@@ -270,6 +312,10 @@ local function rw_serve(now, self, publish, readch, grants)
     else
       -- The readers at the head, up to the next writer, enter together.
       local batch = redis.call('ZRANGE', KEYS[4], 0, RW_SERVE_MAX - 1, 'WITHSCORES')
+      if not lock_may_publish(publish, readch) and (owner ~= self or rw_parse(batch[3] or '') == 'r') then
+        refused = rw_unannounced(publish, readch)
+        break
+      end
       local others, proofs, shortest, token = {}, {}, nil, nil
       for i = 1, #batch, 2 do
         local m, l, c, secret, o = rw_parse(batch[i])
@@ -305,6 +351,7 @@ local function rw_serve(now, self, publish, readch, grants)
   if claimed then
     rw_notice(now, self, claimed, publish, readch, grants)
   end
+  return refused
 end
 
 -- How long a waiter may sleep before something may change without a message:

@@ -20,9 +20,14 @@
 --            lost), freeing it leaves a tombstone so that it is refused
 --
 -- Returns {left}: the levels left (0: the hold is gone), or {-1} when the
--- owner holds no such hold (never did, or its lease ran out).
+-- owner holds no such hold (never did, or its lease ran out); a NOPERM error
+-- naming a command the user may not run (PUBLISH on the read channel
+-- included, for the last level): nothing was changed; or, the head of the
+-- queue being refused its grant channel, the hold was released and the lock
+-- not handed on.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
-local denied = mutex_check_expire(KEYS[1])
+local denied = lock_denied(rw_may() and lock_may('GET', KEYS[8]) and lock_may('SET', KEYS[8], '1', 'PX', '1') and
+  lock_may('SET', KEYS[9], '1', 'PX', '1'))
 if denied then
   return denied
 end
@@ -41,6 +46,11 @@ if not count then
   return {-1}
 end
 local left = tonumber(count) - 1
+if left <= 0 and not lock_may_publish(ARGV[4], ARGV[5]) then
+  -- The last level may have to tell waiters of their grant: refused before
+  -- it changes anything, rather than freed with no one told.
+  return lock_refusal(lock_publish_name(ARGV[4]), ARGV[5], 'nothing was changed')
+end
 if left > 0 then
   redis.call('HSET', key, owner, left)
   if mode == 'w' then
@@ -55,7 +65,10 @@ else
   else
     rw_drop_reader(owner)
   end
-  rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6])
+  denied = rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6])
+  if denied then
+    return denied -- freed, not handed on: final, not retried (no latch)
+  end
 end
 redis.call('SET', KEYS[8], left, 'PX', ARGV[7])
 return {left}

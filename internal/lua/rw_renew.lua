@@ -15,6 +15,29 @@
 -- rw_lib.lua does, which this script does not include): readers share the
 -- last writer's token while any of them holds.
 local FENCE_KEEP_MS = 1000 -- MUTEX_FENCE_KEEP_MS of mutex_lib.lua
+-- A refused command fails the batch before it changes anything, naming the
+-- command (see lock_denied in publish_lib.lua; Redis < 7 cannot tell).
+local acl = redis.acl_check_cmd
+if acl then
+  local function refused(cmd, key)
+    local on = key and (' on ' .. key) or ''
+    return redis.error_reply('NOPERM the Redis user may not run ' .. cmd .. on .. ', which the lock scripts need; nothing was changed')
+  end
+  if not acl('TIME') then
+    return refused('TIME')
+  end
+  for i = 1, #KEYS / 3 do
+    local r, n, f = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+    local bad = not acl('ZSCORE', r, 'm') and {'ZSCORE', r} or not acl('ZADD', r, '1', 'm') and {'ZADD', r} or
+      not acl('PTTL', r) and {'PTTL', r} or not acl('PEXPIREAT', r, '1') and {'PEXPIREAT', r} or
+      not acl('HEXISTS', n, 'f') and {'HEXISTS', n} or not acl('PTTL', n) and {'PTTL', n} or
+      not acl('PEXPIREAT', n, '1') and {'PEXPIREAT', n} or not acl('PTTL', f) and {'PTTL', f} or
+      not acl('PEXPIREAT', f, '1') and {'PEXPIREAT', f}
+    if bad then
+      return refused(bad[1], bad[2])
+    end
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = now + tonumber(ARGV[1])

@@ -13,6 +13,12 @@
 --
 -- Returns the permits returned to the pool (0 when it held none).
 local id = ARGV[1]
+-- (A grant that could not be announced is not made, see sem_handoff; the id
+-- is given up all the same.)
+local denied = lock_denied(sem_may() and lock_may('SET', KEYS[6], '1', 'PX', '1'))
+if denied then
+  return denied
+end
 redis.call('SET', KEYS[6], 1, 'PX', ARGV[3])
 local now = now_ms()
 sem_load()

@@ -44,6 +44,10 @@
 local id, want, lease, recheck = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish, prefix = ARGV[5], ARGV[6]
 local fresh = ARGV[11] == '1'
+local denied = lock_denied(sem_may() and lock_may('EXISTS', KEYS[6]))
+if denied then
+  return denied
+end
 if redis.call('EXISTS', KEYS[6]) == 1 then
   return {-2}
 end
@@ -101,7 +105,11 @@ end
 
 -- Permits free now go to those queued first (a lease ran out, or a hand-off
 -- reached a Client that was gone); then to us, if nobody else waits.
-local mine = sem_handoff(now, publish, prefix, (not fresh) and entry or nil, false)
+local mine
+mine, denied = sem_handoff(now, publish, prefix, (not fresh) and entry or nil, false)
+if denied then
+  return finish(denied)
+end
 local avail = sem_available()
 if want == 'all' then
   n = avail

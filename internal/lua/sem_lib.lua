@@ -82,6 +82,24 @@ local function now_ms()
   return sem_clock
 end
 
+-- Whether this user may run what the semaphore scripts may run on KEYS[1..5]
+-- (see lock_may): with lock_may on a script's own further key, the check
+-- before its first write.
+local function sem_may()
+  local s, p, c, q, d = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  return lock_may_time() and
+    lock_may('HMGET', s, 'f') and lock_may('HSET', s, 'f', '1') and lock_may('HDEL', s, 'f') and
+    lock_may('HINCRBY', s, 'f', '1') and lock_may('PEXPIREAT', s, '1') and lock_may('PERSIST', s) and
+    lock_may('ZRANGE', p, '0', '0') and lock_may('ZRANGEBYSCORE', p, '0', '0') and lock_may('ZSCORE', p, 'm') and
+    lock_may('ZADD', p, '1', 'm') and lock_may('ZREM', p, 'm') and lock_may('PEXPIREAT', p, '1') and
+    lock_may('HGET', c, 'f') and lock_may('HSET', c, 'f', '1') and lock_may('HDEL', c, 'f') and lock_may('DEL', c) and
+    lock_may('PEXPIREAT', c, '1') and
+    lock_may('ZRANGE', q, '0', '0') and lock_may('ZSCORE', q, 'm') and lock_may('ZADD', q, '1', 'm') and
+    lock_may('ZREM', q, 'm') and lock_may('ZCARD', q) and lock_may('PEXPIREAT', q, '1') and
+    lock_may('ZRANGE', d, '0', '0') and lock_may('ZRANGEBYSCORE', d, '0', '0') and lock_may('ZSCORE', d, 'm') and
+    lock_may('ZADD', d, '1', 'm') and lock_may('ZREM', d, 'm') and lock_may('PEXPIREAT', d, '1')
+end
+
 -- The state hash as read by sem_load, changed in place by the helpers and
 -- written back by sem_save.
 local st
@@ -277,7 +295,10 @@ end
 --
 -- Returns true when self is at the head, nil when no one is queued (any more),
 -- false when a waiter is left that does not fit (or, without inspect, when no
--- permit is free and the queue was not looked at).
+-- permit is free and the queue was not looked at); and false and the refusal
+-- when the head may not be told of its grant (an ACL refuses its grant
+-- channel): it is not granted anything and stays queued, and takes the permits
+-- when it re-checks. Other messages that may not be published are left out.
 local function sem_handoff(now, publish, prefix, self, inspect)
   local claimed -- the shortest claim granted by this call, if any
   local behind = {} -- the entries behind the last head looked up, in order
@@ -290,7 +311,8 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       local id, _, _, _, _, client = sem_parse(entry)
       local by = now + claimed + sem_grace(entry)
       -- (A lapsed or unknown entry has no deadline beyond by: nobody to tell.)
-      if id and entry ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by then
+      if id and entry ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by and
+          lock_may_publish(publish, prefix .. client) then
         lock_publish(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
         redis.call('ZADD', KEYS[5], 'XX', by, entry)
       end
@@ -318,9 +340,14 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       sem_dequeue(head)
     elseif not st.limit or n > st.limit or (exact and exact ~= st.limit) then
       sem_dequeue(head)
-      lock_publish(publish, prefix .. client, '@' .. id)
+      if lock_may_publish(publish, prefix .. client) then
+        lock_publish(publish, prefix .. client, '@' .. id)
+      end
     elseif n > avail then
       return notice({head, unpack(behind)})
+    elseif not lock_may_publish(publish, prefix .. client) then
+      return notice({head, unpack(behind)}), lock_refusal(lock_publish_name(publish), prefix .. client,
+        'the permits were not handed to the waiter queued first, who could not be told of it')
     else
       sem_dequeue(head)
       -- %d: a number concatenated as is may print as 1e+12.

@@ -16,6 +16,11 @@
 -- until they do). "init" and "set" make the state permanent (no auto mark, no
 -- expiry), whether or not they write the limit: a limit set by hand cannot be
 -- re-established.
+-- (A grant that could not be announced is not made, see sem_handoff.)
+local denied = lock_denied(sem_may())
+if denied then
+  return denied
+end
 local now = now_ms()
 sem_load()
 sem_reclaim(now)

@@ -14,8 +14,15 @@
 --
 -- Returns the permits released, -1 when the id holds none (never acquired or
 -- already released), -2 when its lease had already expired (the permits went
--- back to the pool then).
+-- back to the pool then); a NOPERM error naming a command the user may not
+-- run (PUBLISH on the grant channel of the waiter queued first included):
+-- nothing was changed (or, when permits went to other waiters first, the
+-- permits were released and no more handed on).
 local id = ARGV[1]
+local denied = lock_denied(sem_may() and lock_may('GET', KEYS[6]) and lock_may('SET', KEYS[6], '1', 'PX', '1'))
+if denied then
+  return denied
+end
 if ARGV[5] == '1' then
   local done = redis.call('GET', KEYS[6])
   if done then
@@ -39,10 +46,19 @@ st.used = math.max(st.used - n, 0)
 -- Our permit leaves the zset only after the hand-off, so that a grant does not
 -- re-create it (and its expiry) when ours was the last.
 st.pinned = true
-sem_handoff(now, ARGV[2], ARGV[3], nil, false)
+local used = st.used
+denied = select(2, sem_handoff(now, ARGV[2], ARGV[3], nil, false))
+if denied and st.used == used then
+  -- The permits cannot go to the head, who could not be told of them:
+  -- refused before anything changed, rather than freed with no one told.
+  return denied
+end
 st.pinned = false
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
 sem_save(now)
+if denied then
+  return denied -- released, the rest not handed on: final, not retried
+end
 redis.call('SET', KEYS[6], n, 'PX', ARGV[4])
 return n

@@ -13,6 +13,28 @@
 -- expires at all outlives them by the idle bound (sexp); both are raised with
 -- the same slack as there, SEM_SLACK_MS and SEM_IDLE_MS of sem_lib.lua.
 local IDLE_MS, SLACK_MS = 1000, 1000
+-- A refused command fails the batch before it changes anything, naming the
+-- command (see lock_denied in publish_lib.lua; Redis < 7 cannot tell).
+local acl = redis.acl_check_cmd
+if acl then
+  local function refused(cmd, key)
+    local on = key and (' on ' .. key) or ''
+    return redis.error_reply('NOPERM the Redis user may not run ' .. cmd .. on .. ', which the lock scripts need; nothing was changed')
+  end
+  if not acl('TIME') then
+    return refused('TIME')
+  end
+  for i = 1, #KEYS / 3 do
+    local p, c, s = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+    local bad = not acl('ZSCORE', p, 'm') and {'ZSCORE', p} or not acl('ZADD', p, '1', 'm') and {'ZADD', p} or
+      not acl('ZRANGE', p, '0', '0') and {'ZRANGE', p} or not acl('PEXPIREAT', p, '1') and {'PEXPIREAT', p} or
+      not acl('PEXPIREAT', c, '1') and {'PEXPIREAT', c} or not acl('HMGET', s, 'f') and {'HMGET', s} or
+      not acl('HSET', s, 'f', '1') and {'HSET', s} or not acl('PEXPIREAT', s, '1') and {'PEXPIREAT', s}
+    if bad then
+      return refused(bad[1], bad[2])
+    end
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
