@@ -32,8 +32,10 @@ local lock, owner = KEYS[1], ARGV[1]
 -- (Messages that may not be published are left out, and a head waiter who
 -- could not be told is not handed the lock: see mutex_handoff. The owner
 -- field is given up all the same.)
-local denied = lock_denied(lock_may('SET', KEYS[2], '1', 'PX', '1') and lock_may('HDEL', lock, 'f') and
-  lock_may('EXISTS', lock) and mutex_may_grant(lock) and mutex_may(KEYS[5], KEYS[3], KEYS[4]))
+local denied = lock_denied(function(c)
+  return c('SET', KEYS[2], '1', 'PX', '1') and c('HDEL', lock, 'f') and
+    c('EXISTS', lock) and mutex_may_grant(c, lock) and mutex_may(c, KEYS[5], KEYS[3], KEYS[4])
+end)
 if denied then
   return denied
 end

@@ -60,8 +60,10 @@ local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
 
 if ARGV[3] == '1' then
-  local denied = lock_denied(lock_may('GET', KEYS[7]) and lock_may('SET', KEYS[7], '1', 'PX', '1') and
-    lock_may('HEXISTS', lock, 'f') and lock_may('HINCRBY', lock, 'f', '1') and lock_may('PEXPIRE', lock, '1'))
+  local denied = lock_denied(function(c)
+    return c('GET', KEYS[7]) and c('SET', KEYS[7], '1', 'PX', '1') and
+      c('HEXISTS', lock, 'f') and c('HINCRBY', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+  end)
   if denied then
     return denied
   end
@@ -82,8 +84,10 @@ if ARGV[3] == '1' then
   return {1, 0, count, 0, 0}
 end
 
-local denied = lock_denied(lock_may('EXISTS', KEYS[3]) and lock_may('PTTL', lock) and lock_may('HGET', lock, 'f') and
-  mutex_may_grant(lock) and mutex_may(fence, queue, waiters) and mutex_may_seq(KEYS[6]))
+local denied = lock_denied(function(c)
+  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HGET', lock, 'f') and
+    mutex_may_grant(c, lock) and mutex_may(c, fence, queue, waiters) and mutex_may_seq(c, KEYS[6])
+end)
 if denied then
   return denied
 end

@@ -18,14 +18,18 @@
 -- existed; a NOPERM error naming a command this call may run that the user
 -- may not (the unlock channel, or a former owner's grant channel, included):
 -- nothing was changed.
-local denied = lock_denied(lock_may('HKEYS', KEYS[1]) and mutex_may_grant(KEYS[1]) and
-  mutex_may(KEYS[4], KEYS[2], KEYS[3]) and lock_may_publish(ARGV[1], ARGV[2]))
+local denied = lock_denied(function(c)
+  return c('HKEYS', KEYS[1]) and mutex_may_grant(c, KEYS[1]) and
+    mutex_may(c, KEYS[4], KEYS[2], KEYS[3]) and c(lock_publish_name(ARGV[1]), ARGV[2], 'm')
+end)
 if denied then
   return denied
 end
 local owners = redis.call('HKEYS', KEYS[1])
 for _, owner in ipairs(owners) do
-  denied = lock_denied(lock_may_publish(ARGV[1], mutex_grant_channel(ARGV[5], owner)))
+  denied = lock_denied(function(c)
+    return c(lock_publish_name(ARGV[1]), mutex_grant_channel(ARGV[5], owner), 'm')
+  end)
   if denied then
     return denied
   end

@@ -114,31 +114,31 @@ local function mutex_fence_seen(fence)
   return clock_us
 end
 
--- Whether this user may run what the Mutex scripts may run on the fencing
--- counter, the queue and the waiters zsets, and TIME (see lock_may): with
--- lock_may on the lock hash for the commands each script runs there, the
--- check before a script's first write.
-local function mutex_may(fence, queue, waiters)
-  return lock_may_time() and
-    lock_may('GET', fence) and lock_may('INCRBY', fence, '1') and lock_may('SET', fence, '1', 'PX', '1') and
-    lock_may('PEXPIREAT', fence, '1') and
-    lock_may('ZRANGE', queue, '0', '0') and lock_may('ZCARD', queue) and lock_may('ZADD', queue, '1', 'm') and
-    lock_may('ZREM', queue, 'm') and lock_may('PEXPIREAT', queue, '1') and
-    lock_may('ZRANGE', waiters, '0', '0') and lock_may('ZRANGEBYSCORE', waiters, '0', '0') and
-    lock_may('ZSCORE', waiters, 'm') and lock_may('ZADD', waiters, '1', 'm') and lock_may('ZREM', waiters, 'm') and
-    lock_may('PEXPIREAT', waiters, '1')
+-- Whether, by c, this user may run what the Mutex scripts may run on the
+-- fencing counter, the queue and the waiters zsets, and TIME: with the
+-- commands each script runs on the lock hash, its check before its first
+-- write (see lock_denied).
+local function mutex_may(c, fence, queue, waiters)
+  return c('TIME') and
+    c('GET', fence) and c('INCRBY', fence, '1') and c('SET', fence, '1', 'PX', '1') and
+    c('PEXPIREAT', fence, '1') and
+    c('ZRANGE', queue, '0', '0') and c('ZCARD', queue) and c('ZADD', queue, '1', 'm') and
+    c('ZREM', queue, 'm') and c('PEXPIREAT', queue, '1') and
+    c('ZRANGE', waiters, '0', '0') and c('ZRANGEBYSCORE', waiters, '0', '0') and
+    c('ZSCORE', waiters, 'm') and c('ZADD', waiters, '1', 'm') and c('ZREM', waiters, 'm') and
+    c('PEXPIREAT', waiters, '1')
 end
 
--- Whether this user may hand the free lock on (mutex_handoff), on the lock
--- hash: with mutex_may.
-local function mutex_may_grant(lock)
-  return lock_may('HSET', lock, 'f', '1') and lock_may('PEXPIRE', lock, '1') and lock_may('DEL', lock)
+-- Whether, by c, this user may hand the free lock on (mutex_handoff), on the
+-- lock hash: with mutex_may.
+local function mutex_may_grant(c, lock)
+  return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1') and c('DEL', lock)
 end
 
--- Whether this user may queue a waiter (mutex_enqueue), on the arrival
+-- Whether, by c, this user may queue a waiter (mutex_enqueue), on the arrival
 -- counter: with mutex_may.
-local function mutex_may_seq(seq)
-  return lock_may('INCR', seq) and lock_may('PEXPIREAT', seq, '1')
+local function mutex_may_seq(c, seq)
+  return c('INCR', seq) and c('PEXPIREAT', seq, '1')
 end
 
 -- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so

@@ -45,36 +45,38 @@ end
 -- (redis.acl_check_cmd: no command is run), so that a refusal changes
 -- nothing instead of leaving a lock held by a caller told it failed, or a key
 -- without its expiry: Redis checks each command a script runs, and stops the
--- script at the refused one. Redis < 7 cannot tell: every check passes there.
--- The checks are direct calls chained with 'and' (no tables, no string
--- parsing): they run on every call of the scripts.
+-- script at the refused one. Redis < 7 cannot tell: no check there.
 local lock_acl = redis.acl_check_cmd
 local lock_refused_cmd, lock_refused_key = nil, nil
 
--- Whether the user may run cmd on key with the arguments given (shaped as
--- the scripts send them); when not, lock_denied reports it.
+-- Whether the user may run cmd on key (nil for none) with the arguments
+-- given, shaped as the scripts send them; when not, it is recorded for
+-- lock_refusal.
 local function lock_may(cmd, key, ...)
-  if not lock_acl or lock_acl(cmd, key, ...) then
-    return true
+  local ok
+  if not lock_acl then
+    ok = true
+  elseif key == nil then
+    ok = lock_acl(cmd)
+  else
+    ok = lock_acl(cmd, key, ...)
   end
-  lock_refused_cmd, lock_refused_key = cmd, key
-  return false
+  if not ok then
+    lock_refused_cmd, lock_refused_key = cmd, key or ''
+  end
+  return ok
 end
 
-local function lock_may_time()
-  if not lock_acl or lock_acl('TIME') then
-    return true
-  end
-  lock_refused_cmd, lock_refused_key = 'TIME', ''
-  return false
-end
-
--- nil when allowed (a chain of lock_may) holds, else the error reply naming
--- the command refused.
-local function lock_denied(allowed)
-  if allowed then
+-- lock_denied(check) returns nil when check(c) holds, else the error reply
+-- naming the command refused. check chains calls c(cmd, key, args...) with
+-- 'and'; c is redis.acl_check_cmd itself, so that the check costs the
+-- scripts little on every call, and lock_may only when it fails, to name
+-- the command.
+local function lock_denied(check)
+  if not lock_acl or check(lock_acl) then
     return nil
   end
+  check(lock_may)
   return lock_refusal(lock_refused_cmd, lock_refused_key, 'nothing was changed')
 end
 

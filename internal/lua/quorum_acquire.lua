@@ -23,8 +23,10 @@
 --   a NOPERM error       the user may not run a command this call may run
 --                        (named in the error): nothing changed
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
-local denied = lock_denied(lock_may('EXISTS', KEYS[2]) and lock_may('PTTL', lock) and lock_may('HSET', lock, 'f', '1') and
-  lock_may('PEXPIRE', lock, '1') and lock_may('HEXISTS', lock, 'f') and lock_may('HKEYS', lock))
+local denied = lock_denied(function(c)
+  return c('EXISTS', KEYS[2]) and c('PTTL', lock) and c('HSET', lock, 'f', '1') and
+    c('PEXPIRE', lock, '1') and c('HEXISTS', lock, 'f') and c('HKEYS', lock)
+end)
 if denied then
   return denied
 end

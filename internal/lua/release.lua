@@ -62,9 +62,11 @@
 --                       queued first: the lock was freed, not handed to it
 local lock, latch, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], ARGV[2]
-local denied = lock_denied(lock_may('GET', latch) and lock_may('SET', latch, '1', 'PX', '1') and
-  lock_may('SET', KEYS[7], '1', 'PX', '1') and lock_may('HGET', lock, 'f') and mutex_may_grant(lock) and
-  mutex_may(fence, queue, waiters) and mutex_may_seq(KEYS[6]))
+local denied = lock_denied(function(c)
+  return c('GET', latch) and c('SET', latch, '1', 'PX', '1') and
+    c('SET', KEYS[7], '1', 'PX', '1') and c('HGET', lock, 'f') and mutex_may_grant(c, lock) and
+    mutex_may(c, fence, queue, waiters) and mutex_may_seq(c, KEYS[6])
+end)
 if denied then
   return denied
 end

@@ -24,7 +24,9 @@
 -- that could not be announced is not made (see rw_serve); the field is given
 -- up all the same.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
-local denied = lock_denied(rw_may() and lock_may('SET', KEYS[8], '1', 'PX', '1'))
+local denied = lock_denied(function(c)
+  return rw_may(c) and c('SET', KEYS[8], '1', 'PX', '1')
+end)
 if denied then
   return denied
 end

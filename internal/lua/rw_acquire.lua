@@ -49,8 +49,10 @@
 --   a NOPERM error     the user may not set the lock's expiry: nothing changed
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local publish, readch, grants = ARGV[7], ARGV[8], ARGV[9]
-local denied = lock_denied(rw_may() and lock_may('EXISTS', KEYS[8]) and lock_may('GET', KEYS[9]) and
-  lock_may('SET', KEYS[9], '1', 'PX', '1'))
+local denied = lock_denied(function(c)
+  return rw_may(c) and c('EXISTS', KEYS[8]) and c('GET', KEYS[9]) and
+    c('SET', KEYS[9], '1', 'PX', '1')
+end)
 if denied then
   return denied
 end

@@ -77,26 +77,26 @@ local RW_CHASE = 2
 -- pubsubx.SetTag): no owner field is spelt so.
 local RW_READ_TAG = 'r'
 
--- Whether this user may run what the RWMutex scripts may run on KEYS[1..7]
--- (see lock_may): with lock_may on a script's own further keys, the check
--- before its first write.
-local function rw_may()
+-- Whether, by c, this user may run what the RWMutex scripts may run on
+-- KEYS[1..7]: with the script's own further keys, its check before its first
+-- write (see lock_denied).
+local function rw_may(c)
   local w, r, n, q, d, a, f = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-  return lock_may_time() and
-    lock_may('PTTL', w) and lock_may('EXISTS', w) and lock_may('HGET', w, 'f') and lock_may('HMGET', w, 'f') and
-    lock_may('HEXISTS', w, 'f') and lock_may('HSET', w, 'f', '1') and lock_may('HINCRBY', w, 'f', '1') and
-    lock_may('PEXPIRE', w, '1') and lock_may('DEL', w) and
-    lock_may('ZRANGE', r, '0', '0') and lock_may('ZRANGEBYSCORE', r, '0', '0') and lock_may('ZADD', r, '1', 'm') and
-    lock_may('ZREM', r, 'm') and lock_may('ZCARD', r) and lock_may('PTTL', r) and lock_may('PEXPIREAT', r, '1') and
-    lock_may('HGET', n, 'f') and lock_may('HEXISTS', n, 'f') and lock_may('HSET', n, 'f', '1') and
-    lock_may('HINCRBY', n, 'f', '1') and lock_may('HDEL', n, 'f') and lock_may('PTTL', n) and lock_may('PEXPIREAT', n, '1') and
-    lock_may('ZRANGE', q, '0', '0') and lock_may('ZSCORE', q, 'm') and lock_may('ZADD', q, '1', 'm') and
-    lock_may('ZREM', q, 'm') and lock_may('ZCARD', q) and lock_may('PEXPIREAT', q, '1') and
-    lock_may('ZRANGE', d, '0', '0') and lock_may('ZRANGEBYSCORE', d, '0', '0') and lock_may('ZSCORE', d, 'm') and
-    lock_may('ZADD', d, '1', 'm') and lock_may('ZREM', d, 'm') and lock_may('PEXPIREAT', d, '1') and
-    lock_may('INCR', a) and lock_may('SET', a, '1', 'PX', '1') and lock_may('PEXPIREAT', a, '1') and
-    lock_may('GET', f) and lock_may('INCRBY', f, '1') and lock_may('SET', f, '1', 'PX', '1') and lock_may('PTTL', f) and
-    lock_may('PEXPIREAT', f, '1')
+  return c('TIME') and
+    c('PTTL', w) and c('EXISTS', w) and c('HGET', w, 'f') and c('HMGET', w, 'f') and
+    c('HEXISTS', w, 'f') and c('HSET', w, 'f', '1') and c('HINCRBY', w, 'f', '1') and
+    c('PEXPIRE', w, '1') and c('DEL', w) and
+    c('ZRANGE', r, '0', '0') and c('ZRANGEBYSCORE', r, '0', '0') and c('ZADD', r, '1', 'm') and
+    c('ZREM', r, 'm') and c('ZCARD', r) and c('PTTL', r) and c('PEXPIREAT', r, '1') and
+    c('HGET', n, 'f') and c('HEXISTS', n, 'f') and c('HSET', n, 'f', '1') and
+    c('HINCRBY', n, 'f', '1') and c('HDEL', n, 'f') and c('PTTL', n) and c('PEXPIREAT', n, '1') and
+    c('ZRANGE', q, '0', '0') and c('ZSCORE', q, 'm') and c('ZADD', q, '1', 'm') and
+    c('ZREM', q, 'm') and c('ZCARD', q) and c('PEXPIREAT', q, '1') and
+    c('ZRANGE', d, '0', '0') and c('ZRANGEBYSCORE', d, '0', '0') and c('ZSCORE', d, 'm') and
+    c('ZADD', d, '1', 'm') and c('ZREM', d, 'm') and c('PEXPIREAT', d, '1') and
+    c('INCR', a) and c('SET', a, '1', 'PX', '1') and c('PEXPIREAT', a, '1') and
+    c('GET', f) and c('INCRBY', f, '1') and c('SET', f, '1', 'PX', '1') and c('PTTL', f) and
+    c('PEXPIREAT', f, '1')
 end
 
 -- The refusal of a grant that could not be announced on channel (see

@@ -26,8 +26,10 @@
 -- queue being refused its grant channel, the hold was released and the lock
 -- not handed on.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
-local denied = lock_denied(rw_may() and lock_may('GET', KEYS[8]) and lock_may('SET', KEYS[8], '1', 'PX', '1') and
-  lock_may('SET', KEYS[9], '1', 'PX', '1'))
+local denied = lock_denied(function(c)
+  return rw_may(c) and c('GET', KEYS[8]) and c('SET', KEYS[8], '1', 'PX', '1') and
+    c('SET', KEYS[9], '1', 'PX', '1')
+end)
 if denied then
   return denied
 end

@@ -44,7 +44,9 @@
 local id, want, lease, recheck = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish, prefix = ARGV[5], ARGV[6]
 local fresh = ARGV[11] == '1'
-local denied = lock_denied(sem_may() and lock_may('EXISTS', KEYS[6]))
+local denied = lock_denied(function(c)
+  return sem_may(c) and c('EXISTS', KEYS[6])
+end)
 if denied then
   return denied
 end

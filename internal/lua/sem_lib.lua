@@ -82,22 +82,22 @@ local function now_ms()
   return sem_clock
 end
 
--- Whether this user may run what the semaphore scripts may run on KEYS[1..5]
--- (see lock_may): with lock_may on a script's own further key, the check
--- before its first write.
-local function sem_may()
-  local s, p, c, q, d = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-  return lock_may_time() and
-    lock_may('HMGET', s, 'f') and lock_may('HSET', s, 'f', '1') and lock_may('HDEL', s, 'f') and
-    lock_may('HINCRBY', s, 'f', '1') and lock_may('PEXPIREAT', s, '1') and lock_may('PERSIST', s) and
-    lock_may('ZRANGE', p, '0', '0') and lock_may('ZRANGEBYSCORE', p, '0', '0') and lock_may('ZSCORE', p, 'm') and
-    lock_may('ZADD', p, '1', 'm') and lock_may('ZREM', p, 'm') and lock_may('PEXPIREAT', p, '1') and
-    lock_may('HGET', c, 'f') and lock_may('HSET', c, 'f', '1') and lock_may('HDEL', c, 'f') and lock_may('DEL', c) and
-    lock_may('PEXPIREAT', c, '1') and
-    lock_may('ZRANGE', q, '0', '0') and lock_may('ZSCORE', q, 'm') and lock_may('ZADD', q, '1', 'm') and
-    lock_may('ZREM', q, 'm') and lock_may('ZCARD', q) and lock_may('PEXPIREAT', q, '1') and
-    lock_may('ZRANGE', d, '0', '0') and lock_may('ZRANGEBYSCORE', d, '0', '0') and lock_may('ZSCORE', d, 'm') and
-    lock_may('ZADD', d, '1', 'm') and lock_may('ZREM', d, 'm') and lock_may('PEXPIREAT', d, '1')
+-- Whether, by c, this user may run what the semaphore scripts may run on
+-- KEYS[1..5]: with the script's own further key, its check before its first
+-- write (see lock_denied).
+local function sem_may(c)
+  local st_key, permits, counts, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  return c('TIME') and
+    c('HMGET', st_key, 'f') and c('HSET', st_key, 'f', '1') and c('HDEL', st_key, 'f') and
+    c('HINCRBY', st_key, 'f', '1') and c('PEXPIREAT', st_key, '1') and c('PERSIST', st_key) and
+    c('ZRANGE', permits, '0', '0') and c('ZRANGEBYSCORE', permits, '0', '0') and c('ZSCORE', permits, 'm') and
+    c('ZADD', permits, '1', 'm') and c('ZREM', permits, 'm') and c('PEXPIREAT', permits, '1') and
+    c('HGET', counts, 'f') and c('HSET', counts, 'f', '1') and c('HDEL', counts, 'f') and c('DEL', counts) and
+    c('PEXPIREAT', counts, '1') and
+    c('ZRANGE', queue, '0', '0') and c('ZSCORE', queue, 'm') and c('ZADD', queue, '1', 'm') and
+    c('ZREM', queue, 'm') and c('ZCARD', queue) and c('PEXPIREAT', queue, '1') and
+    c('ZRANGE', waiters, '0', '0') and c('ZRANGEBYSCORE', waiters, '0', '0') and c('ZSCORE', waiters, 'm') and
+    c('ZADD', waiters, '1', 'm') and c('ZREM', waiters, 'm') and c('PEXPIREAT', waiters, '1')
 end
 
 -- The state hash as read by sem_load, changed in place by the helpers and

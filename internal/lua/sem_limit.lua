@@ -17,7 +17,9 @@
 -- expiry), whether or not they write the limit: a limit set by hand cannot be
 -- re-established.
 -- (A grant that could not be announced is not made, see sem_handoff.)
-local denied = lock_denied(sem_may())
+local denied = lock_denied(function(c)
+  return sem_may(c)
+end)
 if denied then
   return denied
 end

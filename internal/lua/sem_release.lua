@@ -19,7 +19,9 @@
 -- nothing was changed (or, when permits went to other waiters first, the
 -- permits were released and no more handed on).
 local id = ARGV[1]
-local denied = lock_denied(sem_may() and lock_may('GET', KEYS[6]) and lock_may('SET', KEYS[6], '1', 'PX', '1'))
+local denied = lock_denied(function(c)
+  return sem_may(c) and c('GET', KEYS[6]) and c('SET', KEYS[6], '1', 'PX', '1')
+end)
 if denied then
   return denied
 end
