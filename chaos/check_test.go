@@ -71,8 +71,12 @@ func (res *result) violation(format string, args ...any) {
 const stuckSlack = 15 * time.Second
 
 // forceUnlockWindow bounds the time a holding Client may take to hear of a
-// force-unlock (one pub/sub delivery, on a loaded 2-core machine under -race).
-const forceUnlockWindow = 10 * time.Millisecond
+// force-unlock: one pub/sub delivery, on a loaded 2-core machine under -race
+// with the other packages of make test running beside the suite. At 10ms the
+// short suite failed in about 1 of 10 runs of the scenario alone (at 5baf434
+// as after it) and in 2 of 3 whole make test runs on a machine busy with other
+// test runs: passes a few ms past 10ms, each before the Client heard.
+const forceUnlockWindow = 50 * time.Millisecond
 
 // check verifies the run once the workload is over; the workers are still
 // connected.
