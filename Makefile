@@ -5,6 +5,9 @@ GO ?= go
 # bash, for pipefail: make test pipes go test into its progress printer.
 SHELL := /bin/bash
 DOCKER_HELPER := internal/redistest/dockerredis
+# OpenTelemetry instrumentation: a module of its own, so that the library's
+# users who do not want otel do not get it in their go.sum.
+OTEL_MODULE := relockotel
 
 .PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names chaos check-redis
 
@@ -40,9 +43,12 @@ test: check-redis
 	@# The Docker fallback's helper is a module of its own (see internal/redistest/container.go).
 	@echo "go -C $(DOCKER_HELPER) vet ./..."; $(call beat,go vet of the Docker helper,$(GO) -C $(DOCKER_HELPER) vet ./...)
 	@$(GO) -C $(DOCKER_HELPER) mod tidy -diff >/dev/null || { echo "$(DOCKER_HELPER)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(DOCKER_HELPER) mod tidy -diff; exit 1; }
+	$(GO) -C $(OTEL_MODULE) vet ./...
+	@$(GO) -C $(OTEL_MODULE) mod tidy -diff >/dev/null || { echo "$(OTEL_MODULE)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(OTEL_MODULE) mod tidy -diff; exit 1; }
 	@# One line per finished test and package, a heartbeat when nothing finished for
 	@# 8s, failures in full; pipefail keeps go test's exit status.
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 15m ./... | $(GO) run ./internal/testprogress
+	$(GO) -C $(OTEL_MODULE) test -race -count=1 -timeout 5m ./...
 
 ## check-go-floor: build and vet with the oldest Go that go.mod's go directive
 ## allows, when it is not the toolchain in use (it is fetched from the module

@@ -48,7 +48,7 @@ import (
 // final release (or the abandon when the call fails) leaves a tombstone
 // against the attempt still running late.
 
-func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
+func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *core.Call) (context.Context, error) {
 	lc, wait, err := lockCall(ctx, wait, opts, m.usable())
 	if err != nil {
 		return nil, err
@@ -58,15 +58,20 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	}
 	defer m.c.Exit()
 	if h := m.holdOf(ctx); h != nil {
+		call.Via = core.ViaReentry
 		return m.reenter(ctx, h, lc)
 	}
 	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true, watchDrop: !lc.member}
+	// The call's record lives in a, copied out as the call returns: a
+	// pointer kept in a would cost every Lock an allocation.
+	defer a.call.CopyTo(call)
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
 	if a.renew && !m.fair {
 		// The lock kept for this Client after its last Unlock (a turn).
 		if a.pass = m.t.unpark(m); a.pass != nil {
+			a.call.Via = core.ViaKept
 			return a.hold(ctx)
 		}
 	}
@@ -92,6 +97,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			return false, nil, nil
 		}
 		a.sawHolder = true // this Client holds the lock, or waits for it in Redis
+		m.c.BeginWait(&a.call)
 		startWait()
 		select {
 		case <-lw.ready:
@@ -109,7 +115,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 			a.giveUpOwner()
 			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.owner, p.secret, true, p.queuedAt, p.fence
 			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
-			if err := m.c.WaitWith(waitCtx, p.w, a.try); err != nil {
+			if err := m.c.WaitWith(waitCtx, p.w, a.waitTry); err != nil {
 				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
 				return true, nil, a.failure(err)
 			}
@@ -168,9 +174,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption) (context
 	}
 	cause := &waitTimeoutError{lc.waitTimeout}
 	if early != nil {
-		err = m.c.WaitWithin(waitCtx, timeout, cause, early, a.try)
+		err = m.c.WaitWithin(waitCtx, timeout, cause, early, a.waitTry)
 	} else {
-		err = m.c.WaitForWithin(waitCtx, timeout, cause, m.keys.grants, 1, a.try)
+		err = m.c.WaitForWithin(waitCtx, timeout, cause, m.keys.grants, 1, a.waitTry)
 	}
 	if err != nil {
 		// Give up our place in the queue (and anything the last attempt
@@ -226,6 +232,9 @@ type acquisition struct {
 	// brings it forward, never back.
 	recheckBy time.Time
 
+	call   core.Call // what Stats and the Observer learn of the call
+	wokeAt time.Time // the start of the last attempt made while waiting
+
 	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
 	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
@@ -246,6 +255,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		}
 	}
 	if w != nil {
+		a.wokeAt = time.Now()
 		// A new owner id discards hand-offs to the old one.
 		pubsubx.SetTagKeeping(w, a.owner, a.keepData())
 		data := pubsubx.TakeData(w)
@@ -320,6 +330,16 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 		a.owner, a.secret, a.queuedAt = c.NewID(), newSecret(), core.Ticket{}
 		return false, 0, nil
 	}
+}
+
+// waitTry is try for a wait: an attempt that finds the lock taken makes the
+// call a waiter (see core.Client.BeginWait).
+func (a *acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	ok, retry, err := a.try(ctx, w)
+	if !ok && err == nil {
+		a.m.c.BeginWait(&a.call)
+	}
+	return ok, retry, err
 }
 
 // handedOff reports whether a release handed the lock to this owner: a
@@ -401,6 +421,7 @@ func (a *acquisition) listen(w *pubsub.Waiter) {
 // on to the next) and a listener no cohort took.
 func (a *acquisition) leave() {
 	m := a.m
+	m.c.EndWait(&a.call)
 	if a.lw != nil {
 		p, promo := m.t.leave(m.name, a.lw)
 		if p != nil {
@@ -459,6 +480,7 @@ func (a *acquisition) why(err error) error {
 // meantime the lock is given back, so a cancelled Lock never leaves a hold.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	m := a.m
+	a.noteVia()
 	if p := a.pass; p != nil {
 		a.giveUpOwner() // our place in the Redis queue is of no use now
 		if err := ctx.Err(); err != nil {
@@ -466,7 +488,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			return nil, m.wrap("lock", err)
 		}
 		lockCtx, cancel := core.LockContext(ctx)
-		h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
 		h.Ctx = lockCtx
 		h.SetCount(1)
 		h.LateAttempts = p.late
@@ -483,7 +505,7 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 	}
 	lockCtx, cancel := core.LockContext(ctx)
-	h := m.c.NewHold(mutexKind, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
 	h.Ctx = lockCtx
 	h.SetCount(a.reply.count)
 	h.LateAttempts = a.uncertain
@@ -509,6 +531,20 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.OnEnd(func() { m.t.dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
+}
+
+// noteVia records how the call got the lock, for Stats and the Observer.
+func (a *acquisition) noteVia() {
+	switch c := &a.call; {
+	case c.Via == core.ViaKept:
+	case a.pass != nil:
+		c.Via, c.HandOff = core.ViaLocal, time.Since(a.pass.at)
+	case c.Waited:
+		c.Via = core.ViaHandOff
+		if !a.wokeAt.IsZero() {
+			c.HandOff = time.Since(a.wokeAt)
+		}
+	}
 }
 
 // withHold makes the lock context returned to the caller: lockCtx (see

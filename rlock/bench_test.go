@@ -26,13 +26,13 @@ func benchClient(b *testing.B) (*rlock.Client, *redistest.Server) {
 // all on one Redis and one key prefix, so that a lock name means the same
 // lock to each of them (redistest.KeyPrefix draws a new prefix at every
 // call).
-func benchClients(b *testing.B, n int) ([]*rlock.Client, *redistest.Server) {
+func benchClients(b *testing.B, n int, opts ...rlock.Option) ([]*rlock.Client, *redistest.Server) {
 	b.Helper()
 	srv := redistest.New(b)
 	prefix := strings.TrimSuffix(redistest.KeyPrefix(b), ":")
 	cs := make([]*rlock.Client, n)
 	for i := range cs {
-		c, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(prefix))
+		c, err := rlock.New(redistest.Client(b, srv), append([]rlock.Option{rlock.WithKeyPrefix(prefix)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -180,4 +180,12 @@ func benchAcquisitions(b *testing.B, srv *redistest.Server, goroutines int, mute
 	wg.Wait()
 	b.StopTimer()
 	benchCommands(b, srv, before)
+}
+
+// BenchmarkMutexHotObserved is BenchmarkMutexHot with an Observer (one that
+// counts): what the events cost the in-process hot path.
+func BenchmarkMutexHotObserved(b *testing.B) {
+	const clients, perClient = 2, 16
+	cs, srv := benchClients(b, clients, rlock.WithObserver(&countingObserver{}))
+	benchAcquisitions(b, srv, clients*perClient, func(i int) *rlock.Mutex { return cs[i%clients].Mutex("hot") })
 }

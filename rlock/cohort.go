@@ -148,6 +148,7 @@ type cohortPass struct {
 	// claim: the lease in Redis is still the claim window of a hand-off,
 	// which the new hold extends (see core.Hold.AwaitExtension); 0: none.
 	claim time.Duration
+	at    time.Time // when it was passed (for the hand-off latency)
 }
 
 // promotion is a place in the Redis queue taken for a local waiter by the
@@ -374,7 +375,7 @@ func (co *cohort) newPass(h *core.Hold) *cohortPass {
 	if !renewed || !confirmed || time.Until(until) < need {
 		return nil
 	}
-	p := &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts, claim: claim}
+	p := &cohortPass{owner: h.Owner, token: co.next, lease: lease, until: until, epoch: epoch, late: h.LateAttempts, claim: claim, at: time.Now()}
 	co.next++
 	co.passed++
 	co.hold = nil // in transit: adopt sets the new hold

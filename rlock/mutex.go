@@ -74,7 +74,7 @@ func (m *Mutex) Name() string { return m.name }
 // then also says that this Client holds the lock through another lock
 // context.
 func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return m.lock(ctx, true, opts)
+	return m.observedLock(ctx, "Lock", true, opts)
 }
 
 // TryLock makes one attempt. It returns the lock context as Lock does, or an
@@ -82,7 +82,19 @@ func (m *Mutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, 
 // (wrapping the connection error) if Redis could not be reached. A context
 // that already holds the lock re-enters.
 func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return m.lock(ctx, false, opts)
+	return m.observedLock(ctx, "TryLock", false, opts)
+}
+
+// observedLock is lock, counted in the Client's Stats and told to its
+// Observer.
+func (m *Mutex) observedLock(ctx context.Context, op string, wait bool, opts []LockOption) (context.Context, error) {
+	if m.c == nil || m.err != nil {
+		return m.lock(ctx, wait, opts, &core.Call{}) // fails: see usable
+	}
+	call := core.Call{Start: time.Now()}
+	lockCtx, err := m.lock(ctx, wait, opts, &call)
+	m.c.Acquired(ctx, mutexKind, op, m.name, &call, err, ErrLocked)
+	return lockCtx, err
 }
 
 // Token returns the fencing token of the hold carried by lockCtx: a number

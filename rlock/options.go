@@ -99,6 +99,7 @@ type config struct {
 	ackRetry        bool          // see WithReplicaAckRetry
 	claimWindow     time.Duration // see WithClaimWindow
 	logger          *slog.Logger  // see WithLogger
+	observer        Observer      // see WithObserver
 }
 
 func defaultConfig() config {
@@ -152,7 +153,15 @@ func (c *config) core() core.Config {
 		ReplicaAckRetry:   c.ackRetry,
 		ClaimWindow:       c.claimWindow,
 		Logger:            c.logger,
+		Observer:          c.coreObserver(),
 	}
+}
+
+func (c *config) coreObserver() core.Observer {
+	if c.observer == nil {
+		return nil
+	}
+	return observer{c.observer}
 }
 
 // WithLinger sets how long the last Unlock of a contended lock keeps it for

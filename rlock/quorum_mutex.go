@@ -215,7 +215,7 @@ func (qm *QuorumMutex) hold(ctx context.Context, r *round, renew bool) (context.
 			continue
 		}
 		c := q.masters[i].c
-		h := c.NewHold(mutexKind, qm.keys.lock, r.owner, 0, r.lease, renew, func(cause error) { qh.masterEnded(i, cause) })
+		h := c.NewHold(mutexKind, qm.name, qm.keys.lock, r.owner, 0, r.lease, renew, func(cause error) { qh.masterEnded(i, cause) })
 		h.SetCount(1)
 		if c.Register(h) {
 			qh.holds[i] = h

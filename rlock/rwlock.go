@@ -19,7 +19,7 @@ import (
 var errWriteHoldGone = errors.New("the write hold it was taken under is gone")
 
 // lock takes the read or the write lock (write); wait makes it block.
-func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption) (context.Context, error) {
+func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption, call *core.Call) (context.Context, error) {
 	lc, wait, err := lockCall(ctx, wait, opts, rw.usable())
 	if err != nil {
 		return nil, err
@@ -30,12 +30,14 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	defer rw.c.Exit()
 	wl, rl := rw.links(ctx)
 	a := &rwAcquisition{rw: rw, write: write, owner: rw.c.NewID(), secret: newSecret(), lease: rw.c.Cfg.WatchdogTimeout, renew: true}
+	defer a.call.CopyTo(call) // see Mutex.lock
 	if lc.leaseSet {
 		a.lease, a.renew = lc.lease, false
 	}
 	if write {
 		switch {
 		case wl != nil && (!ended(wl.h) || rl == nil || ended(rl.h)):
+			call.Via = core.ViaReentry
 			return rw.reenter(ctx, wl.h, true, lc)
 		case rl != nil && !ended(rl.h):
 			return nil, fmt.Errorf("%w: the context holds the read lock %q; RUnlock it first", ErrUpgrade, rw.name)
@@ -43,6 +45,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	} else {
 		switch {
 		case rl != nil:
+			call.Via = core.ViaReentry
 			return rw.reenter(ctx, rl.h, false, lc)
 		case wl != nil && !ended(wl.h):
 			// A downgrade in the making: granted at once, never queued.
@@ -85,7 +88,8 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	if write {
 		channel = rw.keys.grants
 	}
-	if err := rw.c.WaitFor(waitCtx, channel, 1, a.try); err != nil {
+	defer rw.c.EndWait(&a.call)
+	if err := rw.c.WaitFor(waitCtx, channel, 1, a.waitTry); err != nil {
 		// Give up our place in the queue, and anything granted meanwhile,
 		// so that the next waiter is not held up.
 		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
@@ -133,6 +137,19 @@ type rwAcquisition struct {
 	// set it: a notice that the claims of the waiters just granted lapse
 	// sooner brings it forward, never back.
 	recheckBy time.Time
+
+	call   core.Call // what Stats and the Observer learn of the call
+	wokeAt time.Time // the start of the last attempt made while waiting
+}
+
+// waitTry is try for a wait: an attempt that finds the lock taken makes the
+// call a waiter (see core.Client.BeginWait).
+func (a *rwAcquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	ok, retry, err := a.try(ctx, w)
+	if !ok && err == nil {
+		a.rw.c.BeginWait(&a.call)
+	}
+	return ok, retry, err
 }
 
 // try makes one attempt. With w set it queues (or keeps its place) when the
@@ -142,6 +159,7 @@ type rwAcquisition struct {
 func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.rw.c
 	if w != nil {
+		a.wokeAt = time.Now()
 		if a.write {
 			pubsubx.SetTagKeeping(w, a.owner, a.keepData()) // a new owner id discards grants to the old one
 		} else {
@@ -309,13 +327,16 @@ func (a *rwAcquisition) why(err error) error {
 // lock taken under a write lock outlives the write Unlock (a downgrade).
 func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	rw := a.rw
+	if c := &a.call; c.Waited {
+		c.Via, c.HandOff = core.ViaHandOff, time.Since(a.wokeAt)
+	}
 	lockCtx, cancel := core.LockContext(ctx)
 	write := a.write
 	kind, key, name := rwReadKind, rw.keys.readers, rw.rname
 	if write {
 		kind, key, name = rwWriteKind, rw.keys.writer, rw.wname
 	}
-	h := rw.c.NewHold(kind, key, a.owner, a.token, a.lease, a.renew, cancel)
+	h := rw.c.NewHold(kind, rw.name, key, a.owner, a.token, a.lease, a.renew, cancel)
 	h.Ctx = lockCtx
 	h.SetCount(a.count)
 	h.LateAttempts = a.uncertain
@@ -429,10 +450,26 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 	if write {
 		l = wl
 	}
-	if l == nil {
-		return rw.noHold(lockCtx, write)
+	if rw.c == nil || rw.c.Obs == nil {
+		if l == nil {
+			return rw.noHold(lockCtx, write)
+		}
+		return rw.release(lockCtx, l.h, write, rw.c.NewID())
 	}
-	return rw.release(lockCtx, l.h, write, rw.c.NewID())
+	start := time.Now()
+	var err error
+	final := false
+	if l == nil {
+		err = rw.noHold(lockCtx, write)
+	} else if err = rw.release(lockCtx, l.h, write, rw.c.NewID()); err == nil {
+		final, _ = l.h.State()
+	}
+	kind, op := rwReadKind, "RUnlock"
+	if write {
+		kind, op = rwWriteKind, "Unlock"
+	}
+	rw.c.Released(lockCtx, kind, op, rw.name, start, final, err)
+	return err
 }
 
 // release drops one level of h (see Mutex.release): retried with one request

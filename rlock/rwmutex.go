@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -116,7 +117,7 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // its lock context ends with the read hold only, so the write Unlock does not
 // cancel it.
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return rw.lock(ctx, false, true, opts)
+	return rw.observedLock(ctx, "RLock", false, true, opts)
 }
 
 // TryRLock makes one attempt at the read lock. It returns the lock context as
@@ -125,7 +126,7 @@ func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Conte
 // that holds the read lock re-enters; one that holds the write lock takes the
 // read lock too.
 func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return rw.lock(ctx, false, false, opts)
+	return rw.observedLock(ctx, "TryRLock", false, false, opts)
 }
 
 // Lock blocks until it holds the write lock, ctx is done, or the wait timeout
@@ -145,7 +146,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context, opts ...LockOption) (context.Co
 //
 // If ctx holds the write lock, Lock re-enters at once and returns ctx.
 func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return rw.lock(ctx, true, true, opts)
+	return rw.observedLock(ctx, "Lock", true, true, opts)
 }
 
 // TryLock makes one attempt at the write lock. It returns the lock context as
@@ -153,7 +154,7 @@ func (rw *RWMutex) Lock(ctx context.Context, opts ...LockOption) (context.Contex
 // (as a reader or a writer) or someone is queued, ErrUnavailable when Redis
 // could not be reached, and ErrUpgrade when ctx holds the read lock only. A context that holds the write lock re-enters.
 func (rw *RWMutex) TryLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
-	return rw.lock(ctx, true, false, opts)
+	return rw.observedLock(ctx, "TryLock", true, false, opts)
 }
 
 // RUnlock releases one level of the read hold carried by lockCtx. The final
@@ -175,6 +176,22 @@ func (rw *RWMutex) RUnlock(lockCtx context.Context) error {
 // the lease was lost), an *AbandonError when the release itself failed.
 func (rw *RWMutex) Unlock(lockCtx context.Context) error {
 	return rw.unlock(lockCtx, true)
+}
+
+// observedLock is lock, counted in the Client's Stats and told to its
+// Observer.
+func (rw *RWMutex) observedLock(ctx context.Context, op string, write, wait bool, opts []LockOption) (context.Context, error) {
+	if rw.c == nil || rw.err != nil {
+		return rw.lock(ctx, write, wait, opts, &core.Call{}) // fails: see usable
+	}
+	call := core.Call{Start: time.Now()}
+	lockCtx, err := rw.lock(ctx, write, wait, opts, &call)
+	kind := rwReadKind
+	if write {
+		kind = rwWriteKind
+	}
+	rw.c.Acquired(ctx, kind, op, rw.name, &call, err, ErrLocked)
+	return lockCtx, err
 }
 
 // Token returns the fencing token of the hold carried by lockCtx: that of the

@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/internal/pubsubx"
@@ -38,11 +39,32 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
+	if m.c != nil && m.c.Obs != nil {
+		return m.observedUnlock(lockCtx)
+	}
 	h := m.holdOf(lockCtx)
 	if h == nil {
 		return m.noHold(lockCtx)
 	}
 	return m.release(lockCtx, h, newRequest(m.c), releaseTurn)
+}
+
+// observedUnlock is Unlock told to the Client's Observer.
+func (m *Mutex) observedUnlock(lockCtx context.Context) error {
+	start := time.Now()
+	h := m.holdOf(lockCtx)
+	var err error
+	if h == nil {
+		err = m.noHold(lockCtx)
+	} else {
+		err = m.release(lockCtx, h, newRequest(m.c), releaseTurn)
+	}
+	final := false
+	if h != nil && err == nil {
+		final, _ = h.State()
+	}
+	m.c.Released(lockCtx, mutexKind, "Unlock", m.name, start, final, err)
+	return err
 }
 
 // unlockInRedis is Unlock by a script in Redis that ends before it returns:
@@ -215,7 +237,7 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 // that fails gives the hold up (see release), so nothing is left behind
 // that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
-	h := m.c.NewHold(mutexKind, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
 	h.SetCount(1)
 	h.LateAttempts = p.late
 	m.giveBackOnLapse(h)

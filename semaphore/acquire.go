@@ -51,14 +51,26 @@ type permit struct {
 // rlock.WithReplicaAckRetry Acquire tries again instead while it waits).
 // Connection errors are retried with backoff until ctx ends.
 func (s *Semaphore) Acquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
-	return s.acquire(ctx, n, true, opts)
+	return s.observedAcquire(ctx, "Acquire", n, true, opts)
 }
 
 // TryAcquire makes one attempt to take n permits without waiting. It fails
 // with ErrNoPermits when they are not free now or when others are queued
 // ahead, and with ErrUnavailable when Redis could not be reached.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOption) (context.Context, error) {
-	return s.acquire(ctx, n, false, opts)
+	return s.observedAcquire(ctx, "TryAcquire", n, false, opts)
+}
+
+// observedAcquire is acquire, counted in the Client's Stats and told to its
+// Observer.
+func (s *Semaphore) observedAcquire(ctx context.Context, op string, n int64, wait bool, opts []AcquireOption) (context.Context, error) {
+	if s.c == nil || s.err != nil {
+		return s.acquire(ctx, n, wait, opts, &core.Call{}) // fails: see usable
+	}
+	call := core.Call{Start: time.Now()}
+	permitCtx, err := s.acquire(ctx, n, wait, opts, &call)
+	s.c.Acquired(ctx, permitKind, op, s.name, &call, err, ErrNoPermits)
+	return permitCtx, err
 }
 
 // Drain takes every permit free now, if no one is queued ahead, as one
@@ -105,7 +117,7 @@ func (s *Semaphore) Drain(ctx context.Context, opts ...AcquireOption) (context.C
 //	            sem_acquire.lua, which finds permits handed over meanwhile
 //	            wait over (ctx, wait timeout, Close) -> failed (place given up)
 //	held      a Hold is registered; the permit context is returned
-func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []AcquireOption) (context.Context, error) {
+func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []AcquireOption, call *core.Call) (context.Context, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, fmt.Errorf("%w: permits must be between 1 and %d, got %d", ErrInvalidCount, int64(MaxPermits), n)
 	}
@@ -114,10 +126,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		return nil, err
 	}
 	defer s.c.Exit()
+	defer a.call.CopyTo(call) // a pointer kept in a would cost an allocation
+	defer s.c.EndWait(&a.call)
 	wait = wait && !a.cfg.tryOnce // WithWaitTimeout(0): one attempt, as TryAcquire
 	if wait && s.turnsFor(n, a) {
 		// The lease kept for this Client after its last Release (see turns.go).
 		if p := s.turns.unpark(s); p != nil {
+			a.call.Via = core.ViaKept
 			return s.holdPassed(ctx, p)
 		}
 		lw, lead := s.turns.join(s.name)
@@ -128,6 +143,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 			}
 		}()
 		if !lead {
+			s.c.BeginWait(&a.call)
 			permitCtx, done, err := a.waitLocal(ctx, lw)
 			if done {
 				return permitCtx, err
@@ -178,7 +194,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 		w, err = s.subscribe(waitCtx, n)
 	}
 	if err == nil {
-		err = a.s.c.WaitWithin(waitCtx, timeout, cause, w, a.try)
+		err = a.s.c.WaitWithin(waitCtx, timeout, cause, w, a.waitTry)
 	}
 	if err != nil {
 		a.giveUp(ctx)
@@ -292,6 +308,10 @@ type acquisition struct {
 	// lw is the call's place among its Client's waiters (see turns.go); nil
 	// when it takes no part in turns.
 	lw *localWaiter
+	// call is what Stats and the Observer learn of the call; wokeAt the
+	// start of the last attempt made while waiting.
+	call   core.Call
+	wokeAt time.Time
 	// contended: an attempt found the permits taken (others hold or wait).
 	contended bool
 	got       int64
@@ -326,6 +346,7 @@ func (a *acquisition) entry() string {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
+		a.wokeAt = time.Now()
 		pubsubx.SetTagKeeping(w, a.id, a.keepData()) // a new id discards grants to the old one
 		data := pubsubx.TakeData(w)
 		if a.handedOff(data) {
@@ -460,12 +481,25 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	}
 }
 
+// waitTry is try for a wait: an attempt that finds the permits taken makes
+// the call a waiter (see core.Client.BeginWait).
+func (a *acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+	ok, retry, err := a.try(ctx, w)
+	if !ok && err == nil {
+		a.s.c.BeginWait(&a.call)
+	}
+	return ok, retry, err
+}
+
 // hold turns a successful acquisition into a permit context; if ctx ended in
 // the meantime the permits are given back.
 func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	s := a.s
+	if c := &a.call; c.Waited {
+		c.Via, c.HandOff = core.ViaHandOff, time.Since(a.wokeAt)
+	}
 	permitCtx, cancel := core.LockContext(ctx)
-	h := s.c.NewHold(permitKind, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
+	h := s.c.NewHold(permitKind, s.name, s.keys.permits, a.id, 0, a.lease, a.renew, cancel)
 	h.Ctx = permitCtx
 	s.giveBackOnLapse(h)
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
@@ -531,6 +565,7 @@ func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx
 		return nil, true, s.wrap("acquire", err)
 	}
 	if p := s.turns.take(lw); p != nil {
+		a.call.Via, a.call.HandOff = core.ViaLocal, time.Since(p.at)
 		permitCtx, err := s.holdPassed(ctx, p)
 		return permitCtx, true, err
 	}
@@ -560,6 +595,16 @@ func (s *Semaphore) Release(permitCtx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.c == nil || s.c.Obs == nil {
+		return s.releasePermits(permitCtx)
+	}
+	start := time.Now()
+	err := s.releasePermits(permitCtx)
+	s.c.Released(permitCtx, permitKind, "Release", s.name, start, err == nil, err)
+	return err
+}
+
+func (s *Semaphore) releasePermits(permitCtx context.Context) error {
 	p := s.permitOf(permitCtx)
 	if p == nil {
 		return fmt.Errorf("%w: the context holds no permit of %q: pass the permit context that Acquire returned (or one derived from it), not the context given to Acquire",

@@ -99,6 +99,7 @@ type lease struct {
 	// hand-off, which the new hold extends (see core.Hold.AwaitExtension);
 	// 0: none.
 	claim time.Duration
+	at    time.Time // when it was passed (for the hand-off latency)
 }
 
 // margin is the validity a lease must have left to be passed on: half of it,
@@ -232,7 +233,7 @@ func (co *cohort) newPass(h *core.Hold) *lease {
 	d, renewed := h.Lease()
 	until := h.ValidUntil()
 	confirmed, epoch := h.Confirmed()
-	p := &lease{id: h.Owner, lease: d, until: until, epoch: epoch, claim: h.Claim()}
+	p := &lease{id: h.Owner, lease: d, until: until, epoch: epoch, claim: h.Claim(), at: time.Now()}
 	if !renewed || !confirmed || time.Until(until) < p.margin() {
 		return nil
 	}
@@ -426,7 +427,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 		return nil, s.wrap("acquire", err)
 	}
 	permitCtx, cancel := core.LockContext(ctx)
-	h := s.c.NewHold(permitKind, s.keys.permits, p.id, 0, p.lease, true, cancel)
+	h := s.c.NewHold(permitKind, s.name, s.keys.permits, p.id, 0, p.lease, true, cancel)
 	h.Ctx = permitCtx
 	s.giveBackOnLapse(h)
 	if !s.c.Register(h) {
@@ -447,7 +448,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *lease) (context.Context, 
 // fails gives the lease up (see release), leaving nothing to report.
 func (s *Semaphore) handOn(p *lease) {
 	permitCtx, cancel := context.WithCancelCause(context.Background())
-	h := s.c.NewHold(permitKind, s.keys.permits, p.id, 0, p.lease, true, cancel)
+	h := s.c.NewHold(permitKind, s.name, s.keys.permits, p.id, 0, p.lease, true, cancel)
 	s.giveBackOnLapse(h)
 	if !s.c.Register(h) {
 		h.End(ErrReleased)

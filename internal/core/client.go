@@ -38,6 +38,8 @@ type Config struct {
 	// Logger receives the Client's log lines (rlock.WithLogger); nil:
 	// slog.Default() at the time of the line.
 	Logger *slog.Logger
+	// Observer is told of lock events (rlock.WithObserver); nil: none.
+	Observer Observer
 }
 
 // Client is one owner identity and its shared machinery.
@@ -71,6 +73,10 @@ type Client struct {
 
 	locals  map[any]any // see Local
 	onClose []func()    // see OnClose
+
+	// Obs is Cfg.Observer, nil-checked on every event; Stats counts them.
+	Obs   Observer
+	Stats Counters
 }
 
 // Local returns the Client's value for key, made by mk on first use: state a
@@ -131,6 +137,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		closed:    make(chan struct{}),
 		bgCtx:     bgCtx,
 		bgCancel:  bgCancel,
+		Obs:       cfg.Observer,
 	}, nil
 }
 

@@ -54,6 +54,8 @@ type Hold struct {
 	Owner string // owner field or permit id in Redis
 	Key   string // the key its Kind renews
 	Token uint64 // fencing token, when the primitive has one
+	Name  string // the lock's or semaphore's name, for metrics
+	since time.Time
 	// LateAttempts: an acquisition attempt of this owner field may still run
 	// in Redis (its reply was lost), so freeing the field must leave a
 	// tombstone against it. Set before Register.
@@ -135,8 +137,8 @@ func validUntil(sentAt time.Time, lease time.Duration) time.Time {
 }
 
 // NewHold describes a hold; Register it, then Start it.
-func (c *Client) NewHold(kind *Kind, key, owner string, token uint64, lease time.Duration, renew bool, cancel context.CancelCauseFunc) *Hold {
-	return &Hold{c: c, kind: kind, Key: key, Owner: owner, Token: token, cancel: cancel, lease: lease, maxLease: lease, renew: renew}
+func (c *Client) NewHold(kind *Kind, name, key, owner string, token uint64, lease time.Duration, renew bool, cancel context.CancelCauseFunc) *Hold {
+	return &Hold{c: c, kind: kind, Name: name, Key: key, Owner: owner, Token: token, cancel: cancel, lease: lease, maxLease: lease, renew: renew, since: time.Now()}
 }
 
 // Start arms the expiry timer for the lease granted by the acquisition dated
@@ -306,7 +308,8 @@ func (h *Hold) end(cause error) bool {
 	}
 	h.ended, h.cause = true, cause
 	h.renew = false
-	if h.expiry != nil {
+	started := h.expiry != nil
+	if started {
 		h.expiry.Stop()
 	}
 	watches := h.dropWatches
@@ -318,6 +321,9 @@ func (h *Hold) end(cause error) bool {
 		w.Stop()
 	}
 	h.c.unregister(h)
+	if started {
+		h.c.holdEnded(h, cause) // not an acquisition undone before Start
+	}
 	h.cancel(cause)
 	if onEnd != nil {
 		onEnd()
