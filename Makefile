@@ -43,12 +43,14 @@ test: check-redis
 	@# The Docker fallback's helper is a module of its own (see internal/redistest/container.go).
 	@echo "go -C $(DOCKER_HELPER) vet ./..."; $(call beat,go vet of the Docker helper,$(GO) -C $(DOCKER_HELPER) vet ./...)
 	@$(GO) -C $(DOCKER_HELPER) mod tidy -diff >/dev/null || { echo "$(DOCKER_HELPER)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(DOCKER_HELPER) mod tidy -diff; exit 1; }
-	$(GO) -C $(OTEL_MODULE) vet ./...
+	@echo "go -C $(OTEL_MODULE) vet ./..."; $(call beat,go vet of relockotel,$(GO) -C $(OTEL_MODULE) vet ./...)
 	@$(GO) -C $(OTEL_MODULE) mod tidy -diff >/dev/null || { echo "$(OTEL_MODULE)/go.mod is not tidy: run go mod tidy there"; $(GO) -C $(OTEL_MODULE) mod tidy -diff; exit 1; }
-	@# One line per finished test and package, a heartbeat when nothing finished for
-	@# 8s, failures in full; pipefail keeps go test's exit status.
-	set -o pipefail; $(GO) test -json -race -count=1 -timeout 15m ./... | $(GO) run ./internal/testprogress
-	$(GO) -C $(OTEL_MODULE) test -race -count=1 -timeout 5m ./...
+	@# One line per finished test and package (this module's and relockotel's), a
+	@# heartbeat when nothing finished for 8s, failures in full; pipefail and the
+	@# group's status keep go test's exit status.
+	set -o pipefail; { $(GO) test -json -race -count=1 -timeout 15m ./...; a=$$?; \
+		$(GO) -C $(OTEL_MODULE) test -json -race -count=1 -timeout 5m ./...; b=$$?; exit $$((a | b)); } \
+		| $(GO) run ./internal/testprogress
 
 ## check-go-floor: build and vet with the oldest Go that go.mod's go directive
 ## allows, when it is not the toolchain in use (it is fetched from the module
