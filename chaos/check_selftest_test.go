@@ -125,9 +125,9 @@ func TestCheckerCatchesForceUnlockViolations(t *testing.T) {
 	}
 	op1 := op(1, "w0.op1", 990, 50, "leaselost")
 	op1.ReleaseClass = "lost"
-	// op3: a stale pass 20ms after the first force-unlock, whose release
-	// succeeded: the Client should have heard by then.
-	op3 := op(3, "w0.op3", 991, 200+int64(20*time.Millisecond), "released")
+	// op3: a stale pass 10ms past the window after the first force-unlock,
+	// whose release succeeded: the Client should have heard by then.
+	op3 := op(3, "w0.op3", 991, 200+int64(forceUnlockWindow+10*time.Millisecond), "released")
 	op3.ReadOK, op3.WriteOK = false, false
 	// op4: a stale pass in the documented window (1ms after the first
 	// force-unlock), never confirmed, its write refused: not a violation.
