@@ -67,7 +67,7 @@ var (
 var (
 	Acquire     = rueidis.NewLuaScript(mutexLibSrc + acquireSrc)
 	Release     = rueidis.NewLuaScript(mutexLibSrc + releaseSrc)
-	Renew       = newPipelined(renewSrc)
+	Renew       = newPipelined(publishLibSrc + renewSrc)
 	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
 	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
 	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
@@ -83,7 +83,7 @@ var (
 	RWAcquire = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAcquireSrc)
 	RWRelease = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwReleaseSrc)
 	RWAbandon = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAbandonSrc)
-	RWRenew   = newPipelined(rwRenewSrc)
+	RWRenew   = newPipelined(publishLibSrc + rwRenewSrc)
 )
 
 // Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua,
@@ -93,7 +93,7 @@ var (
 	SemRelease = rueidis.NewLuaScript(semLibSrc + semReleaseSrc)
 	SemAbandon = rueidis.NewLuaScript(semLibSrc + semAbandonSrc)
 	SemLimit   = rueidis.NewLuaScript(semLibSrc + semLimitSrc)
-	SemRenew   = newPipelined(semRenewSrc)
+	SemRenew   = newPipelined(publishLibSrc + semRenewSrc)
 )
 
 //go:embed probe.lua

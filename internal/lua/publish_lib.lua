@@ -1,6 +1,7 @@
--- publish_lib: how every lock script announces a release or a grant; prepended
--- to mutex_lib.lua and sem_lib.lua at build time (see lua.go). It declares a
--- function only and touches no key.
+-- publish_lib: how every lock script announces a release or a grant, and how
+-- it checks the Redis user's rights before its first write; prepended to
+-- mutex_lib.lua, sem_lib.lua and the three renew scripts at build time (see
+-- lua.go). It declares functions only and touches no key.
 --
 -- lock_publish(cmd, channel, message) publishes message on channel and
 -- returns how many subscribers received it. cmd is what the Client passed:

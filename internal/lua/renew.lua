@@ -9,14 +9,15 @@
 -- NOPERM error naming a command the user may not run: nothing was changed.
 local lease = ARGV[1]
 -- A refused command fails the batch before it extends any lease, naming the
--- command (see lock_denied in publish_lib.lua; Redis < 7 cannot tell).
+-- command (see lock_denied in publish_lib.lua, prepended at build time;
+-- Redis < 7 cannot tell).
 if redis.acl_check_cmd then
   for _, lock in ipairs(KEYS) do
     if not redis.acl_check_cmd('HEXISTS', lock, 'f') then
-      return redis.error_reply('NOPERM the Redis user may not run HEXISTS on ' .. lock .. ', which the lock scripts need; nothing was changed')
+      return lock_refusal('HEXISTS', lock, 'nothing was changed')
     end
     if not redis.acl_check_cmd('PEXPIRE', lock, '1') then
-      return redis.error_reply('NOPERM the Redis user may not run PEXPIRE on ' .. lock .. ', which the lock scripts need; nothing was changed')
+      return lock_refusal('PEXPIRE', lock, 'nothing was changed')
     end
   end
 end

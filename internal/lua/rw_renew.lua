@@ -16,12 +16,12 @@
 -- last writer's token while any of them holds.
 local FENCE_KEEP_MS = 1000 -- MUTEX_FENCE_KEEP_MS of mutex_lib.lua
 -- A refused command fails the batch before it changes anything, naming the
--- command (see lock_denied in publish_lib.lua; Redis < 7 cannot tell).
+-- command (see lock_denied in publish_lib.lua, prepended at build time;
+-- Redis < 7 cannot tell).
 local acl = redis.acl_check_cmd
 if acl then
   local function refused(cmd, key)
-    local on = key and (' on ' .. key) or ''
-    return redis.error_reply('NOPERM the Redis user may not run ' .. cmd .. on .. ', which the lock scripts need; nothing was changed')
+    return lock_refusal(cmd, key or '', 'nothing was changed')
   end
   if not acl('TIME') then
     return refused('TIME')
