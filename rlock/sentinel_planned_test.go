@@ -2,7 +2,6 @@ package rlock_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -48,19 +47,7 @@ func TestSentinelPlannedFailoverWaiterServedByRelease(t *testing.T) {
 		return n >= 1
 	})
 	// The replica has the lock and the queue before the failover.
-	err = redistest.Client(t, first).Dedicated(func(dc rueidis.DedicatedClient) error {
-		if err := dc.Do(ctx, dc.B().Set().Key("marker").Value("1").Build()).Error(); err != nil {
-			return err
-		}
-		n, err := dc.Do(ctx, dc.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
-		if err == nil && n < 1 {
-			err = errors.New("the replica did not acknowledge")
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitReplicated(t, ctx, first)
 
 	promoted, err := g.Failover(ctx)
 	if err != nil {

@@ -163,20 +163,7 @@ func TestSentinelFailoverHolderAndWaiter(t *testing.T) {
 	})
 	// Make sure the replica has the lock and the waiter's place: a write
 	// acknowledged by it covers everything before it.
-	rc := redistest.Client(t, first)
-	err = rc.Dedicated(func(dc rueidis.DedicatedClient) error {
-		if err := dc.Do(ctx, dc.B().Set().Key("marker").Value("1").Build()).Error(); err != nil {
-			return err
-		}
-		n, err := dc.Do(ctx, dc.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
-		if err == nil && n < 1 {
-			err = errors.New("the replica did not acknowledge")
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitReplicated(t, ctx, first)
 
 	start := time.Now()
 	_, promoted, err := g.KillMaster(ctx)
@@ -564,6 +551,26 @@ func TestReplicaAckCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := plain.Mutex(name).Unlock(lockCtx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReplicated writes a marker on master and waits until a replica has
+// acknowledged it: a write acknowledged by it covers everything before it
+// (the locks and queue places taken so far).
+func waitReplicated(t *testing.T, ctx context.Context, master *redistest.Server) {
+	t.Helper()
+	err := redistest.Client(t, master).Dedicated(func(dc rueidis.DedicatedClient) error {
+		if err := dc.Do(ctx, dc.B().Set().Key("marker").Value("1").Build()).Error(); err != nil {
+			return err
+		}
+		n, err := dc.Do(ctx, dc.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
+		if err == nil && n < 1 {
+			err = errors.New("the replica did not acknowledge")
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
