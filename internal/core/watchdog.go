@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -264,13 +265,18 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 }
 
 // byNode splits batches of a cluster client by the node serving their slot,
-// as the slot map says (see slotMap); batches of slots it does not know go
-// in a lane of their own.
+// as the slot map says (see slotMap); a slot it does not know (no map yet:
+// its CLUSTER SLOTS went to a node that does not answer) gets a lane of its
+// own, so that such a node cannot hold up the others' renewals meanwhile.
 func (c *Client) byNode(batches []*renewal) [][]*renewal {
 	index := map[string]int{}
 	var lanes [][]*renewal
 	for _, b := range batches {
-		node := c.slots.node(slot.Of(b.holds[0].Key))
+		s := slot.Of(b.holds[0].Key)
+		node := c.slots.node(s)
+		if node == "" {
+			node = "slot " + strconv.Itoa(int(s))
+		}
 		i, ok := index[node]
 		if !ok {
 			i = len(lanes)
