@@ -117,15 +117,7 @@ func TestMultiLockFailureReleasesWithoutLinger(t *testing.T) {
 	ml := c.MultiLock("y-a", "y-b")
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	res := make(chan error, 1)
-	go func() {
-		lc, err := ml.Lock(ctx)
-		if err == nil {
-			_ = ml.Unlock(lc)
-			err = errors.New("acquired")
-		}
-		res <- err
-	}()
+	res := goFailingMultiLock(ctx, ml)
 	e.queuedOn("y-a", 1)
 	// Another Client waits for y-a behind the multi-lock: the multi-lock's
 	// hold of y-a is contended, which lets an Unlock keep it for a linger.
@@ -170,15 +162,7 @@ func TestMultiLockFailureReleasesInRedisBeforeOwnWaiter(t *testing.T) {
 	ml := c.MultiLock("z-a", "z-b")
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	res := make(chan error, 1)
-	go func() {
-		lc, err := ml.Lock(ctx)
-		if err == nil {
-			_ = ml.Unlock(lc)
-			err = errors.New("acquired")
-		}
-		res <- err
-	}()
+	res := goFailingMultiLock(ctx, ml)
 	e.queuedOn("z-a", 1)
 	own := make(chan multiResult, 1)
 	go func() {
@@ -222,4 +206,19 @@ func TestMultiLockFailureReleasesInRedisBeforeOwnWaiter(t *testing.T) {
 	}
 	mustUnlockFT(t, c.Mutex("z-a"), r.lc)
 	mustUnlockFT(t, holder.Mutex("z-b"), lb)
+}
+
+// goFailingMultiLock runs ml.Lock(ctx), expected to fail, in a goroutine and
+// sends its error (one saying "acquired" if it succeeded, released at once).
+func goFailingMultiLock(ctx context.Context, ml *rlock.MultiLock) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		lc, err := ml.Lock(ctx)
+		if err == nil {
+			_ = ml.Unlock(lc)
+			err = errors.New("acquired")
+		}
+		res <- err
+	}()
+	return res
 }
