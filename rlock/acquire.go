@@ -697,3 +697,15 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	h.SetCount(r.left)
 	return m.wrap("re-enter", err)
 }
+
+// startAcquisition readies the engine's part of a Lock call (see
+// core.Acquisition): a new owner id, the watchdog's lease or the call's own.
+func startAcquisition(a *core.Acquisition, c *core.Client, p core.Protocol, spec core.Spec, lc lockConfig, wait bool) {
+	a.C, a.Proto, a.Spec, a.Wait = c, p, spec, wait
+	a.WaitTimeout, a.WaitSet = lc.waitTimeout, lc.waitSet
+	a.Lease, a.Renew = c.Cfg.WatchdogTimeout, true
+	if lc.leaseSet {
+		a.Lease, a.Renew = lc.lease, false
+	}
+	a.NewOwner()
+}

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
 )
 
 // errWriteHoldGone is what a read lock under a write hold learns when the
@@ -29,11 +26,8 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	}
 	defer rw.c.Exit()
 	wl, rl := rw.links(ctx)
-	a := &rwAcquisition{rw: rw, write: write, owner: rw.c.NewID(), secret: newSecret(), lease: rw.c.Cfg.WatchdogTimeout, renew: true}
-	defer a.call.CopyTo(call) // see Mutex.lock
-	if lc.leaseSet {
-		a.lease, a.renew = lc.lease, false
-	}
+	a := &rwAcquisition{rw: rw, write: write}
+	defer a.Call.CopyTo(call) // see Mutex.lock
 	if write {
 		switch {
 		case wl != nil && (!ended(wl.h) || rl == nil || ended(rl.h)):
@@ -57,226 +51,91 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 		}
 	}
 
-	tryCtx := ctx
 	if a.persist && lc.waitSet {
 		// A downgrade that waits for the replicas waits no longer than asked.
 		var cancel context.CancelFunc
-		tryCtx, cancel = context.WithTimeout(ctx, lc.waitTimeout)
+		ctx, cancel = context.WithTimeout(ctx, lc.waitTimeout)
 		defer cancel()
 	}
-	ok, retry, err := a.try(tryCtx, nil)
-	switch {
-	case err != nil && wait && (core.Retryable(ctx, err) || rw.c.Cfg.ReplicaAckRetry && errors.Is(err, ErrNotReplicated)):
-		// Retried with backoff by the wait below.
-	case err != nil:
-		if a.uncertain {
-			rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
-		}
-		return nil, a.failure(err)
-	case ok:
-		return a.hold(ctx)
-	case !wait:
-		return nil, rw.heldHere(fmt.Errorf("%w: %q (%s lock), free again in at most %v", ErrLocked, rw.name, lockWord(write), retry), write)
-	}
-	waitCtx := ctx
-	if lc.waitSet {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{lc.waitTimeout})
-		defer cancel()
-	}
-	channel := rw.keys.readCh
+	spec := core.Spec{Channel: rw.keys.readCh, Weight: 1, Tag: readTag, RecheckCap: recheckCap(rw.c), MaxClaim: MaxClaimWindow,
+		Busy: ErrLocked, Pkg: "rlock", Op: "read lock", Name: rw.name}
 	if write {
-		channel = rw.keys.grants
+		spec.Channel, spec.Tag, spec.Op = rw.keys.grants, "", "write lock"
 	}
-	defer rw.c.EndWait(&a.call)
-	if err := rw.c.WaitFor(waitCtx, channel, 1, a.waitTry); err != nil {
-		// Give up our place in the queue, and anything granted meanwhile,
-		// so that the next waiter is not held up.
-		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
-		return nil, a.failure(err)
-	}
-	return a.hold(ctx)
+	startAcquisition(&a.Acquisition, rw.c, a, spec, lc, wait)
+	return a.Run(ctx)
 }
 
-// rwAcquisition is one RLock or Lock call's first acquisition, retried while
-// waiting under one owner id (so a re-check finds what a release granted it).
+// rwAcquisition is one RLock or Lock call, run by the engine (see
+// core.Acquisition) with the RWMutex's scripts and grants.
 type rwAcquisition struct {
-	rw     *RWMutex
-	write  bool
-	owner  string
-	secret string // proves grant messages to this owner (see parseWriteGrant)
-	lease  time.Duration
-	renew  bool
+	core.Acquisition
+	rw    *RWMutex
+	write bool
 	// via is the owner field of the caller's write hold (a read lock under
 	// it).
 	via string
 	// persist: a downgrade that waits for the replicas while ctx lasts
 	// (WithReplicaAckRetry).
 	persist bool
-
-	ticket core.Ticket // dates the command that granted the lease
-	token  uint64
-	count  int64
-	// uncertain: an attempt's reply was lost; it may still run late.
-	uncertain bool
-	sawHolder bool  // Redis said the lock is taken
-	lastErr   error // the last attempt failed to reach Redis (or Redis refused)
-
-	// queuedAt dates the last attempt that queued this owner, at the place
-	// numbered queuedArrival: a grant to that place was made after it, so a
-	// lease it grants starts later than queuedAt (see handedOff).
-	queuedAt      core.Ticket
-	queuedArrival uint64
-	// arrival is queuedArrival for keepData's rule, which runs on the
-	// pub/sub reading goroutine.
-	arrival atomic.Uint64
-	// claimed: the grant message granted the lock for the claim window only
-	// (see WithClaimWindow); the hold awaits its extension.
-	claimed bool
-	// recheckBy is when the wait re-checks at the latest, as the last attempt
-	// set it: a notice that the claims of the waiters just granted lapse
-	// sooner brings it forward, never back.
-	recheckBy time.Time
-
-	call   core.Call // what Stats and the Observer learn of the call
-	wokeAt time.Time // the start of the last attempt made while waiting
 }
 
-// waitTry is try for a wait: an attempt that finds the lock taken makes the
-// call a waiter (see core.Client.BeginWait).
-func (a *rwAcquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
-	ok, retry, err := a.try(ctx, w)
-	if !ok && err == nil {
-		a.rw.c.BeginWait(&a.call)
-	}
-	return ok, retry, err
-}
-
-// try makes one attempt. With w set it queues (or keeps its place) when the
-// lock is taken, and tags w (a writer with its owner id, a reader with
-// readTag) so that a grant reaches it; a grant that came in since the last
-// attempt is taken without asking Redis (see handedOff).
-func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
-	c := a.rw.c
-	if w != nil {
-		a.wokeAt = time.Now()
-		if a.write {
-			pubsubx.SetTagKeeping(w, a.owner, a.keepData()) // a new owner id discards grants to the old one
-		} else {
-			pubsubx.SetTagKeeping(w, readTag, a.keepData())
-		}
-		data := pubsubx.TakeData(w)
-		if a.handedOff(data) {
-			return true, 0, nil
-		}
-		if d, ok := core.ParseNotice(data, MaxClaimWindow); ok && !a.recheckBy.IsZero() {
-			// The waiters ahead were just granted the lock: re-check when
-			// their claims lapse (a drift margin later), in case they never
-			// take it up; a grant to us, if they do, wakes us before.
-			if retry := min(d+core.DriftMargin(d), time.Until(a.recheckBy)); retry > 0 {
-				a.recheckBy = time.Now().Add(retry)
-				return false, retry, nil
-			}
-		}
-	}
-	a.recheckBy = time.Time{}
-	t := c.NewTicket()
-	r, err := rwAcquireScript(ctx, c, a.rw.keys, rwAcquireArgs{owner: a.owner, secret: a.secret, write: a.write, lease: a.lease,
-		enqueue: w != nil, via: a.via, persist: a.persist})
-	if err != nil {
-		c.NoteError(err)
-		// Unless it says nothing of Redis (see acquisition.try).
-		if !core.SaysNothing(ctx, err) {
-			a.lastErr, a.sawHolder = err, false
-		}
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
-			// The next attempt finds what this one took. (Status 1 with an
-			// error: the script took the lock, WAIT failed; WithReplicaAck.)
-			// Only a round trip may confirm a grant from now on.
-			a.uncertain = true
-			a.queuedAt, a.queuedArrival = core.Ticket{}, 0
-			a.arrival.Store(0)
-		}
-		return false, 0, err
-	}
-	a.lastErr = nil
+// Attempt runs rw_acquire.lua once (see core.Protocol).
+func (a *rwAcquisition) Attempt(ctx context.Context, _ *core.Acquisition, enqueue, _ bool) (core.Reply, error) {
+	rw := a.rw
+	r, err := rwAcquireScript(ctx, rw.c, rw.keys, rwAcquireArgs{owner: a.Owner, secret: a.Secret, write: a.write, lease: a.Lease,
+		enqueue: enqueue, via: a.via, persist: a.persist})
+	out := core.Reply{Token: r.token, Count: r.count, Acked: r.acked}
 	switch r.status {
 	case 1:
-		if c.Unacked(r.acked) {
-			return a.unacked(ctx, w, r.acked)
-		}
-		a.ticket, a.token, a.count = t, r.token, r.count
-		return true, 0, nil
+		out.Status = core.Acquired
 	case 0:
-		a.sawHolder = true
-		retry := c.RetryAfter(r.wait)
-		if w != nil {
-			a.queuedAt, a.queuedArrival = t, r.arrival
-			a.arrival.Store(r.arrival)
-			// Re-check often enough to keep our place (see Mutex).
-			retry = min(retry, recheckCap(c))
-			a.recheckBy = time.Now().Add(retry)
-		}
-		return false, retry, nil
+		out.Status, out.Retry, out.Place = core.Taken, rw.c.RetryAfter(r.wait), r.arrival
 	case -1:
-		return false, 0, fmt.Errorf("%w: %w", ErrNotHeld, errWriteHoldGone)
-	default: // abandoned owner: never reuse it
-		a.owner, a.secret, a.queuedAt, a.queuedArrival = c.NewID(), newSecret(), core.Ticket{}, 0
-		a.arrival.Store(0)
-		return false, 0, nil
+		if err == nil {
+			return core.Reply{Status: core.Answered}, fmt.Errorf("%w: %w", ErrNotHeld, errWriteHoldGone)
+		}
+	default:
+		out.Status = core.OwnerGone
 	}
+	return out, err
 }
 
-// handedOff reports whether a release granted the lock to this owner: a
-// message proven with our secret (data, taken from the waiter) names the
-// place our last attempt saw. The grant runs for the claim window (or the
-// lease, when shorter; see WithClaimWindow) from a moment after queuedAt,
-// which then dates the hold; when that leaves less than half the window, the
-// caller confirms with a round trip instead (rw_acquire.lua finds the hold and
-// sets its whole lease), so a hold never starts nearly expired. A WithLease
-// hold confirms a grant shorter than its lease the same way (the watchdog,
-// which extends claims, does not renew it), and so does every grant with
-// WithReplicaAck (a round trip followed by WAIT covers it). A grant to an
-// earlier place (read late) names another arrival number and is ignored.
-func (a *rwAcquisition) handedOff(data string) bool {
-	claim := a.claim()
-	if data == "" || a.queuedArrival == 0 || a.queuedAt.At().IsZero() || time.Since(a.queuedAt.At()) > claim/2 ||
-		(claim < a.lease && !a.renew) || a.rw.c.Acking() {
-		return false
+// Parse verifies a grant to the place numbered place (see core.Protocol).
+func (a *rwAcquisition) Parse(data, secret string, place uint64) (core.Reply, uint64, bool) {
+	if place == 0 {
+		return core.Reply{}, 0, false
 	}
 	parse := parseReadGrant
 	if a.write {
 		parse = parseWriteGrant
 	}
-	token, ok := parse(data, a.secret, a.queuedArrival)
-	if !ok {
-		return false
-	}
-	a.ticket, a.token, a.count = a.queuedAt, token, 1
-	a.claimed = claim < a.lease
-	return true
+	token, ok := parse(data, secret, place)
+	return core.Reply{Status: core.Acquired, Token: token, Count: 1}, token, ok
 }
 
-// keepData is the rule by which w keeps a message to this waiter until try
-// takes it (see core.KeepData): a later message, which anyone may publish,
-// never displaces a grant proven with our secret for the place our last
-// attempt saw, nor does a notice displace a wake that re-checks sooner.
-func (a *rwAcquisition) keepData() func(held, next string) bool {
-	secret, parse := a.secret, parseReadGrant
-	if a.write {
-		parse = parseWriteGrant
-	}
-	return core.KeepData(func(data string) (uint64, bool) {
-		return parse(data, secret, a.arrival.Load())
-	}, MaxClaimWindow)
+// AbandonNow gives owner up at once, under a tombstone.
+func (a *rwAcquisition) AbandonNow(ctx context.Context, owner, secret string) error {
+	return rwAbandonScript(ctx, a.rw.c, a.rw.keys, owner, secret, a.write, a.Lease, true)
 }
 
-// claim is how long a grant to this owner while it is queued runs for.
-func (a *rwAcquisition) claim() time.Duration { return min(a.lease, a.rw.c.Cfg.ClaimWindow) }
+// GiveUp gives owner up in the background.
+func (a *rwAcquisition) GiveUp(_ context.Context, owner, secret string, tombstone bool) {
+	rwAbandon(a.rw.c, a.rw.keys, owner, secret, a.write, a.Lease, tombstone)
+}
 
-// failure is the error of a call that ends without the lock (see
-// acquisition.failure).
-func (a *rwAcquisition) failure(err error) error { return a.rw.heldHere(a.why(err), a.write) }
+// Taken is the error of a Try call that found the lock taken.
+func (a *rwAcquisition) Taken(retry time.Duration) error {
+	return fmt.Errorf("%w: %q (%s lock), free again in at most %v", ErrLocked, a.rw.name, lockWord(a.write), retry)
+}
+
+// Fail adds what the RWMutex knows to a failed call's error.
+func (a *rwAcquisition) Fail(err error) error {
+	if errors.Is(err, errWriteHoldGone) {
+		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, a.rw.name, core.Inner(ErrLeaseLost))
+	}
+	return a.rw.heldHere(err, a.write)
+}
 
 // heldHere is heldHere for the holds of rw this Client has that keep a call
 // for the write lock (write) or a read lock out.
@@ -286,60 +145,22 @@ func (rw *RWMutex) heldHere(err error, write bool) error {
 	})
 }
 
-func (a *rwAcquisition) why(err error) error {
-	rw := a.rw
-	var timeout *waitTimeoutError
-	timedOut := errors.As(err, &timeout)
-	waitOver := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	what := lockWord(a.write) + " lock"
-	switch {
-	case errors.Is(err, ErrClosed):
-		return err
-	case errors.Is(err, errWriteHoldGone):
-		return fmt.Errorf("%w: read lock %q: %w", ErrNotHeld, rw.name, core.Inner(ErrLeaseLost))
-	case !waitOver && core.Transient(err):
-		// One attempt (TryLock, TryRLock), and Redis could not be reached.
-		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)
-	case !waitOver:
-		return rw.wrap(what, err)
-	case errors.Is(a.lastErr, ErrNotReplicated):
-		// Redis answered; the replicas did not acknowledge in time.
-		return fmt.Errorf("rlock: %s %q: %w; last attempt: %w", what, rw.name, err, core.Inner(a.lastErr))
-	case a.lastErr != nil && errors.Is(err, a.lastErr):
-		// The wait's error names it already (see core.WaitWith).
-		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, what, rw.name, err)
-	case a.lastErr != nil:
-		return fmt.Errorf("%w: %s %q: %w; last error: %w", ErrUnavailable, what, rw.name, err, a.lastErr)
-	case timedOut && a.sawHolder:
-		return fmt.Errorf("%w: %q (%s) after waiting %v: %w", ErrLocked, rw.name, what, timeout.d, context.DeadlineExceeded)
-	case timedOut:
-		return fmt.Errorf("%w: %s %q: no answer from Redis: %w", ErrUnavailable, what, rw.name, err)
-	case a.sawHolder && errors.Is(err, context.DeadlineExceeded):
-		// ctx's own deadline ended a wait behind another owner.
-		return fmt.Errorf("%w: %q (%s): %w", ErrLocked, rw.name, what, core.Inner(err))
-	}
-	return rw.wrap(what, err)
-}
-
-// hold turns a successful acquisition into a lock context. If ctx ended in
+// Hold turns a successful acquisition into a lock context. If ctx ended in
 // the meantime the hold is given back, so a cancelled call never leaves one.
 // The lock context ends with this hold only (see core.LockContext): a read
 // lock taken under a write lock outlives the write Unlock (a downgrade).
-func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
+func (a *rwAcquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Context, error) {
 	rw := a.rw
-	if c := &a.call; c.Waited {
-		c.Via, c.HandOff = core.ViaHandOff, time.Since(a.wokeAt)
-	}
 	lockCtx, cancel := core.LockContext(ctx)
 	write := a.write
 	kind, key, name := rwReadKind, rw.keys.readers, rw.rname
 	if write {
 		kind, key, name = rwWriteKind, rw.keys.writer, rw.wname
 	}
-	h := rw.c.NewHold(kind, rw.name, key, a.owner, a.token, a.lease, a.renew, cancel)
+	h := rw.c.NewHold(kind, rw.name, key, a.Owner, a.Reply.Token, a.Lease, a.Renew, cancel)
 	h.Ctx = lockCtx
-	h.SetCount(a.count)
-	h.LateAttempts = a.uncertain
+	h.SetCount(a.Reply.Count)
+	h.LateAttempts = a.Uncertain
 	h.GiveBack = func(ctx context.Context) error {
 		lease, _ := h.Lease()
 		err := rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, h.LateAttempts)
@@ -348,16 +169,16 @@ func (a *rwAcquisition) hold(ctx context.Context) (context.Context, error) {
 	}
 	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
 		h.End(ErrUnlocked)
-		rwAbandon(rw.c, rw.keys, a.owner, a.secret, write, a.lease, true)
+		rwAbandon(rw.c, rw.keys, a.Owner, a.Secret, write, a.Lease, true)
 		if err == nil {
 			err = ErrClosed
 		}
 		return nil, rw.wrap(lockWord(write)+" lock", err)
 	}
-	if a.claimed {
-		h.StartClaimed(a.ticket, a.claim())
+	if a.Claimed {
+		h.StartClaimed(a.Ticket, a.Claim())
 	} else {
-		h.Start(a.ticket)
+		h.Start(a.Ticket)
 	}
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
 	l := &holdLink{c: rw.c, name: name, h: h, outer: outer}

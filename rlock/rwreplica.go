@@ -6,40 +6,8 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/pubsub"
 )
 
-// unacked gives back an RWMutex acquisition (a read or write hold, taken at
-// once, granted while queued, or a downgrade) that too few replicas
-// acknowledged (WithReplicaAck), as acquisition.unacked does for a Mutex: at
-// once, under a tombstone, and what it frees goes to the head of the queue.
-// With WithReplicaAckRetry a waiting call tries again soon under a new owner
-// field (queued again at the tail); otherwise the attempt fails with
-// ErrNotReplicated.
-func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
-	rw := a.rw
-	c := rw.c
-	err := notReplicated(ctx, c, acked)
-	owner, secret := a.owner, a.secret
-	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
-		return rwAbandonScript(ctx, c, rw.keys, owner, secret, a.write, a.lease, true)
-	}, func() { rwAbandon(c, rw.keys, owner, secret, a.write, a.lease, true) }); uerr != nil {
-		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
-	}
-	a.owner, a.secret, a.uncertain = c.NewID(), newSecret(), false
-	a.queuedAt, a.queuedArrival = core.Ticket{}, 0
-	a.arrival.Store(0)
-	a.sawHolder = false
-	if c.Cfg.ReplicaAckRetry && w != nil {
-		// The wait goes on; if it runs out, the replicas are why.
-		a.lastErr = notReplicated(context.WithoutCancel(ctx), c, acked)
-		return false, ackRetryIn, nil
-	}
-	if ctx.Err() == nil {
-		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
-	}
-	return false, 0, err
-}
 
 // reentryUnacked takes back an RWMutex re-entry that too few replicas
 // acknowledged (see Mutex.reentryUnacked): one release, so the hold count is
