@@ -8,7 +8,6 @@ import (
 	"github.com/relockio/relock/internal/core"
 )
 
-
 // reentryUnacked takes back an RWMutex re-entry that too few replicas
 // acknowledged (see Mutex.reentryUnacked): one release, so the hold count is
 // as before the call; when that cannot be confirmed, the whole hold is given
