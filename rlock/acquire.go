@@ -13,35 +13,26 @@ import (
 	"github.com/relockio/relock/pubsub"
 )
 
-// A Lock call moves through these states (re-entry is separate: see reenter):
+// A Lock call runs on the engine (see core.Acquisition for its states); the
+// Mutex supplies acquire.lua and its grants (Protocol: Attempt, Parse,
+// AbandonNow, GiveUp, Hold) and, for a blocking Lock with the watchdog's
+// lease, its cohort (Turns: see cohort.go):
 //
-//	attempt   one acquire.lua without queueing; skipped when goroutines of
-//	          this Client already hold or wait for the lock
-//	            acquired -> held; taken -> (TryLock: fail) cohort or queued
-//	cohort    a watchdog Lock waits in its Client (see cohort.go) until it is
-//	            passed the lock -> held
-//	            made the leader with a place queued for it -> queued (presumed)
-//	            a place the Client's last release reserved (see
-//	            cohorts.reserve), taken at once -> queued (presumed)
-//	            made the leader without one -> queued
-//	            wait over -> failed
-//	          (leaving for a pass, a place queued for it, or failure, it
-//	          gives up the owner id of its attempt, which a lost reply may
-//	          have left holding the lock: see giveUpOwner)
-//	queued    subscribed to the lock's channel, queued in Redis under one
-//	          owner id for the whole call, re-checking on wake-ups and at the
-//	          holder's lease end
-//	            acquire.lua says acquired, or a hand-off message proven with
-//	            the waiter's secret -> held
-//	            a pass from this Client's holder -> held (place given up)
-//	            wait over (ctx, wait timeout, Close) -> failed (place given up)
-//	held      a Hold is registered; the lock context is returned
+//	kept      the lock kept for this Client after its last Unlock (a turn)
+//	local     a cohort waiter waits in its Client until it is passed the
+//	          lock (-> held), given a place the Client's last release
+//	          queued or reserved for it (-> queued, presumed), or made the
+//	          leader (-> queued); leaving for a pass, a place, or failure,
+//	          it gives up the owner id of its attempt, which a lost reply
+//	          may have left holding the lock
+//	queued    a hand-off message proven with the waiter's secret and with
+//	          tokens above the fencing counter its last attempt saw -> held
 //
-// A fair Mutex (Client.FairMutex, WithFIFO) skips the cohort state and takes
-// no lock kept for its Client: a blocking Lock goes attempt -> queued, its own
-// owner id queued in Redis whatever other goroutines of its Client do, so the
-// Redis queue's order is the acquisition order; once held it forms no cohort,
-// and its final release always goes through Redis (see Mutex.release).
+// A fair Mutex (Client.FairMutex, WithFIFO) has no turns: a blocking Lock goes
+// attempt -> queued, its own owner id queued in Redis whatever other
+// goroutines of its Client do, so the Redis queue's order is the acquisition
+// order; once held it forms no cohort, and its final release always goes
+// through Redis (see Mutex.release).
 //
 // An attempt whose reply is lost leaves the owner id in place: the next
 // attempt finds the hold or the queue place it may have made, and the hold's
@@ -61,180 +52,23 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 		call.Via = core.ViaReentry
 		return m.reenter(ctx, h, lc)
 	}
-	a := &acquisition{m: m, owner: m.c.NewID(), secret: newSecret(), lease: m.c.Cfg.WatchdogTimeout, renew: true, watchDrop: !lc.member}
+	a := &acquisition{m: m, watchDrop: !lc.member}
 	// The call's record lives in a, copied out as the call returns: a
 	// pointer kept in a would cost every Lock an allocation.
-	defer a.call.CopyTo(call)
-	if lc.leaseSet {
-		a.lease, a.renew = lc.lease, false
+	defer a.Call.CopyTo(call)
+	startAcquisition(&a.Acquisition, m.c, a, core.Spec{Channel: m.keys.grants, Weight: 1, RecheckCap: recheckCap(m.c),
+		MaxClaim: MaxClaimWindow, Busy: ErrLocked, Pkg: "rlock", Op: "lock", Name: m.name}, lc, wait)
+	if a.Renew && !m.fair {
+		a.Turns = a // only watchdog holds of a Mutex that is not fair pass the lock on
 	}
-	if a.renew && !m.fair {
-		// The lock kept for this Client after its last Unlock (a turn).
-		if a.pass = m.t.unpark(m); a.pass != nil {
-			a.call.Via = core.ViaKept
-			return a.hold(ctx)
-		}
-	}
-	// The wait timeout starts with the wait: a local one, or after the first
-	// attempt.
-	waitCtx := ctx
-	var cancelWait context.CancelFunc
-	defer func() {
-		if cancelWait != nil {
-			cancelWait()
-		}
-	}()
-	startWait := func() {
-		if lc.waitSet && cancelWait == nil {
-			waitCtx, cancelWait = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{lc.waitTimeout})
-		}
-	}
-	defer a.leave()
-	joinCohort := func() (done bool, lockCtx context.Context, err error) {
-		lw, lead := m.t.join(m.name)
-		a.lw = lw
-		if lead {
-			return false, nil, nil
-		}
-		a.sawHolder = true // this Client holds the lock, or waits for it in Redis
-		m.c.BeginWait(&a.call)
-		startWait()
-		select {
-		case <-lw.ready:
-		case <-waitCtx.Done():
-			a.giveUpOwner() // its first attempt may have queued it, or more
-			return true, nil, a.failure(core.CtxError(waitCtx))
-		}
-		if a.pass = m.t.take(lw, nil); a.pass != nil {
-			lockCtx, err = a.hold(ctx)
-			return true, lockCtx, err
-		}
-		if p := m.t.takePromotion(lw); p != nil {
-			// The release that ended our Client's turn queued us in Redis,
-			// under an owner id of its own.
-			a.giveUpOwner()
-			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.owner, p.secret, true, p.queuedAt, p.fence
-			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
-			if err := m.c.WaitWith(waitCtx, p.w, a.waitTry); err != nil {
-				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
-				return true, nil, a.failure(err)
-			}
-			lockCtx, err = a.hold(ctx)
-			return true, lockCtx, err
-		}
-		return false, nil, nil // the leader now: queue in Redis
-	}
-	a.cohort = wait && a.renew && !m.fair
-	// A first attempt, unless the lock is known to be contended: goroutines
-	// of this Client hold or wait for it (then the attempt could only fail).
-	// A blocking Lock whose channel is subscribed already (it lingers after
-	// this Client's last wait: a worker locking in a loop) skips it too: one
-	// script then acquires or queues, with no hand-off message to miss.
-	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
-	var early *pubsub.Waiter
-	if firstAttempt && wait {
-		if early = pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); early != nil {
-			firstAttempt = false
-		}
-	}
-	if firstAttempt {
-		ok, wait2, err := a.try(ctx, nil)
-		switch {
-		case err != nil && wait && (core.Retryable(ctx, err) || m.c.Cfg.ReplicaAckRetry && errors.Is(err, ErrNotReplicated)):
-			// A dropped connection is no reason to give up a blocking Lock:
-			// the wait below retries with backoff while ctx lasts.
-		case err != nil:
-			if a.uncertain {
-				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
-			}
-			return nil, a.failure(err)
-		case ok:
-			return a.hold(ctx)
-		case !wait:
-			return nil, m.heldHere(fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, m.name, wait2))
-		}
-	}
-	if a.cohort {
-		if done, lockCtx, err := joinCohort(); done {
-			if early != nil {
-				early.Leave(true)
-			}
-			return lockCtx, err
-		}
-	}
-	// A wait that no attempt of this call preceded starts its timeout once
-	// its own first attempt has returned: however short the timeout, Redis
-	// has its say (the lock is taken, or Redis cannot be reached) before it
-	// ends the call.
-	var timeout time.Duration
-	if firstAttempt || cancelWait != nil {
-		startWait()
-	} else if lc.waitSet {
-		timeout = lc.waitTimeout
-	}
-	cause := &waitTimeoutError{lc.waitTimeout}
-	if early != nil {
-		err = m.c.WaitWithin(waitCtx, timeout, cause, early, a.waitTry)
-	} else {
-		err = m.c.WaitForWithin(waitCtx, timeout, cause, m.keys.grants, 1, a.waitTry)
-	}
-	if err != nil {
-		// Give up our place in the queue (and anything the last attempt
-		// may have taken), so the next waiter is not held up.
-		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
-		return nil, a.failure(err)
-	}
-	return a.hold(ctx)
+	return a.Run(ctx)
 }
 
-// waitTimeoutError is the cause of a wait that ran out of WithWaitTimeout;
-// acquisition.failure tells what it means.
-type waitTimeoutError struct{ d time.Duration }
-
-func (e *waitTimeoutError) Error() string { return "wait timeout of " + e.d.String() + " ran out" }
-
-func (e *waitTimeoutError) Unwrap() error { return context.DeadlineExceeded }
-
-// acquisition is one Lock call's first acquisition, retried while waiting.
+// acquisition is one Lock call, run by the engine with the Mutex's scripts,
+// grants and cohorts.
 type acquisition struct {
-	m      *Mutex
-	owner  string // owner id, kept for the whole call (see the states above)
-	secret string // proves hand-off messages to this owner (see parseGrant)
-	lease  time.Duration
-	renew  bool
-	ticket core.Ticket // dates the command that granted the lease (or an earlier one)
-	reply  acquireReply
-	// queuedAt dates the last attempt that found the lock taken (and queued
-	// this owner). A release that hands the lock to this owner runs after
-	// that attempt, so a lease granted by it starts later than queuedAt.
-	queuedAt core.Ticket
-	// queuedFence is the fencing counter at that attempt: only a hand-off
-	// with higher tokens was sent after it. An older one, read late (the
-	// process was paused, say), granted a lease that may be long gone.
-	queuedFence uint64
-	queued      bool // an attempt may have queued this owner in Redis
-	// uncertain: an attempt's reply was lost; it may still run late.
-	uncertain bool
-	// What the last attempt learned, for the error of a call that fails.
-	sawHolder bool  // Redis said another owner holds the lock
-	lastErr   error // the attempt failed to reach Redis (or Redis refused)
-	// presumeQueued: a release queued this owner (see promotion); the first
-	// attempt only waits, presumedRetry at most.
-	presumeQueued bool
-	presumedRetry time.Duration
-	cohort        bool // a blocking Lock with the watchdog's lease: it may join a cohort
-
-	// claimed: the hand-off message granted the lock for the claim window
-	// only (see WithClaimWindow); the hold awaits its extension.
-	claimed bool
-	// recheckBy is when the wait re-checks at the latest, as the last attempt
-	// set it: a notice that the claim of the waiter ahead lapses sooner
-	// brings it forward, never back.
-	recheckBy time.Time
-
-	call   core.Call // what Stats and the Observer learn of the call
-	wokeAt time.Time // the start of the last attempt made while waiting
-
+	core.Acquisition
+	m     *Mutex
 	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
 	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
@@ -243,185 +77,123 @@ type acquisition struct {
 	watchDrop bool
 }
 
-// try makes one attempt. With w set it queues in Redis while the lock is
-// taken, and tags w with the owner id, so that a release can hand it the lock
-// by name; a hand-off that came in since the last attempt is taken without
-// asking Redis.
-func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
-	c := a.m.c
-	if a.lw != nil {
-		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
-			return true, 0, nil
-		}
-	}
-	if w != nil {
-		a.wokeAt = time.Now()
-		// A new owner id discards hand-offs to the old one.
-		pubsubx.SetTagKeeping(w, a.owner, a.keepData())
-		data := pubsubx.TakeData(w)
-		if a.handedOff(data) {
-			a.listen(w)
-			return true, 0, nil
-		}
-		a.queued = true
-		if a.presumeQueued {
-			a.presumeQueued = false
-			a.recheckBy = time.Now().Add(a.presumedRetry)
-			return false, a.presumedRetry, nil
-		}
-		if d, ok := core.ParseNotice(data, MaxClaimWindow); ok && !a.recheckBy.IsZero() {
-			// The waiter ahead was just handed the lock: re-check when its
-			// claim lapses (a drift margin later), in case it never takes
-			// the lock up; its grant to us, if it does, wakes us before.
-			if retry := min(d+core.DriftMargin(d), time.Until(a.recheckBy)); retry > 0 {
-				a.recheckBy = time.Now().Add(retry)
-				return false, retry, nil
-			}
-		}
-	}
-	a.recheckBy = time.Time{}
-	t := c.NewTicket()
-	r, err := acquireScript(ctx, c, a.m.keys, acquireArgs{owner: a.owner, secret: a.secret, lease: a.lease, enqueue: w != nil})
-	if err != nil {
-		c.NoteError(err)
-		// Unless it says nothing of Redis (the wait ending mid-call, another
-		// caller's deadline closing the connection): then what the attempts
-		// before it learned stands.
-		if !core.SaysNothing(ctx, err) {
-			a.lastErr, a.sawHolder = err, false
-		}
-		if _, isRedis := rueidis.IsRedisErr(err); !isRedis || r.status == 1 {
-			// (status 1 with an error: the script took the lock, WAIT
-			// failed; WithReplicaAck.)
-			// The script may have run, or may still run: this owner may
-			// hold the lock or a place in the queue. Keep the owner, so that
-			// the next attempt finds either; only a round trip may confirm a
-			// hand-off from now on.
-			a.uncertain = true
-			a.queuedAt = core.Ticket{}
-		}
-		return false, 0, err
-	}
-	a.lastErr = nil
+// Attempt runs acquire.lua once (see core.Protocol).
+func (a *acquisition) Attempt(ctx context.Context, _ *core.Acquisition, enqueue, _ bool) (core.Reply, error) {
+	m := a.m
+	r, err := acquireScript(ctx, m.c, m.keys, acquireArgs{owner: a.Owner, secret: a.Secret, lease: a.Lease, enqueue: enqueue})
+	out := core.Reply{Token: r.token, Last: r.last, Count: r.count, Left: r.left, Acked: r.acked}
 	switch r.status {
 	case 1:
-		if c.Cfg.ReplicaAck > 0 && r.acked < int64(c.Cfg.ReplicaAck) {
-			return a.unacked(ctx, w, r.acked)
-		}
-		a.reply, a.ticket = r, t
-		if w != nil {
-			a.listen(w)
-		}
-		return true, 0, nil
+		out.Status = core.Acquired
 	case 0:
-		a.sawHolder = true
-		retry := c.RetryAfter(r.wait)
-		if w != nil {
-			a.queuedAt, a.queuedFence = t, r.fence
-			// Re-check at least as often as the script was told (see
-			// recheckCap), which keeps our place in the queue. (Behind a
-			// renewed hold the holder's lease bounds it sooner: a blocked
-			// waiter costs about one script call per 20-30s.)
-			retry = min(retry, recheckCap(c))
-			a.recheckBy = time.Now().Add(retry)
-		}
-		return false, retry, nil
-	default: // abandoned owner: a previous call gave it up; never reuse it
-		a.owner, a.secret, a.queuedAt = c.NewID(), newSecret(), core.Ticket{}
-		return false, 0, nil
+		out.Status, out.Retry, out.Place = core.Taken, m.c.RetryAfter(r.wait), r.fence
+	default: // abandoned owner: a previous call gave it up
+		out.Status = core.OwnerGone
 	}
+	return out, err
 }
 
-// waitTry is try for a wait: an attempt that finds the lock taken makes the
-// call a waiter (see core.Client.BeginWait).
-func (a *acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
-	ok, retry, err := a.try(ctx, w)
-	if !ok && err == nil {
-		a.m.c.BeginWait(&a.call)
+// Parse verifies a hand-off message: proven with secret, and with tokens
+// above place, the fencing counter the waiter's last attempt saw (an older
+// hand-off, read late or replayed, granted a lease that may be long gone).
+func (a *acquisition) Parse(data, secret string, place uint64) (core.Reply, uint64, bool) {
+	g, ok := parseGrant(data, secret)
+	if !ok || g.first <= place {
+		return core.Reply{}, 0, false
 	}
-	return ok, retry, err
+	return core.Reply{Status: core.Acquired, Token: g.first, Last: g.last, Count: 1, Left: g.left}, g.first, true
 }
 
-// handedOff reports whether a release handed the lock to this owner: a
-// message proven with our secret (data, taken from the waiter) woke it. The
-// grant runs for the claim window (or the lease, when shorter; see
-// WithClaimWindow) from a moment after queuedAt, which then dates the hold;
-// when that leaves less than half the window, the caller confirms with a
-// round trip instead (acquire.lua finds the hold and sets its whole lease),
-// so a hold never starts nearly expired. A WithLease hold confirms a grant
-// shorter than its lease the same way: the watchdog, which extends claims,
-// does not renew it. A hand-off sent before the last attempt (its tokens are
-// not above the fencing counter that attempt saw) is stale, read late, and
-// ignored.
-func (a *acquisition) handedOff(data string) bool {
-	g, ok := parseGrant(data, a.secret)
-	claim := a.claim()
-	if !ok || a.queuedAt.At().IsZero() || g.first <= a.queuedFence || time.Since(a.queuedAt.At()) > claim/2 ||
-		(claim < a.lease && !a.renew) {
+// AbandonNow gives owner up at once, under a tombstone.
+func (a *acquisition) AbandonNow(ctx context.Context, owner, secret string) error {
+	return abandonScript(ctx, a.m.c, a.m.keys, owner, secret, a.Lease, true)
+}
+
+// GiveUp gives owner up in the background.
+func (a *acquisition) GiveUp(_ context.Context, owner, secret string, tombstone bool) {
+	abandon(a.m.c, a.m.keys, owner, secret, a.Lease, tombstone)
+}
+
+// Taken is the error of a TryLock that found the lock taken.
+func (a *acquisition) Taken(retry time.Duration) error {
+	return fmt.Errorf("%w: %q, free again in at most %v", ErrLocked, a.m.name, retry)
+}
+
+// Fail says so when the holder is this Client (see heldHere).
+func (a *acquisition) Fail(err error) error { return a.m.heldHere(err) }
+
+// Kept takes the lock kept for this Client after its last Unlock.
+func (a *acquisition) Kept(*core.Acquisition) bool {
+	a.pass = a.m.t.unpark(a.m)
+	return a.pass != nil
+}
+
+// Active tells that goroutines of this Client hold or wait for the lock:
+// then an attempt could only fail.
+func (a *acquisition) Active() bool { return a.m.t.active(a.m.name) }
+
+// Local waits in the cohort (see cohort.go) until passed the lock, given a
+// place, or made the leader.
+func (a *acquisition) Local(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
+	m := a.m
+	lw, lead := m.t.join(m.name)
+	a.lw = lw
+	if lead {
+		return core.LocalLeader, nil
+	}
+	a.Contended = true // this Client holds the lock, or waits for it in Redis
+	m.c.BeginWait(&a.Call)
+	a.StartWait()
+	select {
+	case <-lw.ready:
+	case <-a.WaitCtx().Done():
+		return core.LocalOver, core.CtxError(a.WaitCtx())
+	}
+	if a.takePass(nil) {
+		return core.LocalPassed, nil
+	}
+	if p := m.t.takePromotion(lw); p != nil {
+		// The release that ended our Client's turn queued us in Redis,
+		// under an owner id of its own.
+		a.Promote(p.owner, p.secret, p.queuedAt, p.fence, p.check, p.retryIn, p.w)
+		return core.LocalQueued, nil
+	}
+	return core.LocalLeader, nil // queue in Redis
+}
+
+// TakePass takes a pass from this Client's holder that came while the call
+// waited in Redis.
+func (a *acquisition) TakePass(_ *core.Acquisition, w *pubsub.Waiter) bool {
+	return a.lw != nil && a.takePass(w)
+}
+
+func (a *acquisition) takePass(w *pubsub.Waiter) bool {
+	if a.pass = a.m.t.take(a.lw, w); a.pass == nil {
 		return false
 	}
-	if a.m.c.Cfg.ReplicaAck > 0 {
-		// The hand-off was written by the releaser's connection: confirm
-		// it with a round trip (acquire.lua re-sets the lease of the hold
-		// it finds) followed by WAIT on ours, which covers the hand-off too.
-		return false
-	}
-	a.reply = acquireReply{status: 1, token: g.first, last: g.last, count: 1, left: g.left}
-	a.ticket = a.queuedAt
-	a.claimed = claim < a.lease
+	a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(a.pass.at)
 	return true
 }
 
-// keepData is the rule by which w keeps a message to this owner until try
-// takes it (see core.KeepData): a later message, which anyone may publish,
-// never displaces a hand-off proven with our secret, nor does a notice
-// displace a wake that re-checks sooner.
-func (a *acquisition) keepData() func(held, next string) bool { return keepHandOff(a.secret) }
-
-// keepHandOff is that rule for a waiter with secret.
-func keepHandOff(secret string) func(held, next string) bool {
-	return core.KeepData(func(data string) (uint64, bool) {
-		g, ok := parseGrant(data, secret)
-		return g.first, ok
-	}, MaxClaimWindow)
-}
-
-// giveUpOwner abandons the owner id of the call's attempts so far, when one
-// of them may have left it in Redis: queued, or, its reply lost, even holding
-// the lock (acquire.lua may still run late: the tombstone refuses it). The
-// call is about to take the lock under another owner id (a local pass, a
-// place its Client's release queued) or to fail; leaving the id behind would
-// leave the lock held or blocked by it for a whole lease.
-func (a *acquisition) giveUpOwner() {
-	if a.queued || a.uncertain {
-		abandon(a.m.c, a.m.keys, a.owner, a.secret, a.lease, a.uncertain)
-		a.queued, a.uncertain = false, false
-	}
-}
-
-// claim is how long a hand-off to this owner grants the lock for.
-func (a *acquisition) claim() time.Duration { return min(a.lease, a.m.c.Cfg.ClaimWindow) }
-
-// listen keeps hearing messages addressed to this owner once it holds the
+// Listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
 // (w's): ForceUnlock tells a holder so (see cohort.watch).
-func (a *acquisition) listen(w *pubsub.Waiter) {
-	if !a.renew || a.m.fair || a.watch != nil {
-		return // only cohorting watchdog holds pass the lock on
+func (a *acquisition) Listen(_ *core.Acquisition, w *pubsub.Waiter) {
+	if a.watch != nil {
+		return
 	}
 	if l := pubsubx.SubscribeIfLive(a.m.c.Mux, a.m.keys.grants, 1); l != nil {
 		pubsubx.IgnoreBudget(l)
-		pubsubx.SetTag(l, a.owner)
+		pubsubx.SetTag(l, a.Owner)
 		a.watch = l
 	}
 }
 
-// leave ends what the call still has in its Client when it returns: its place
+// Leave ends what the call still has in its Client when it returns: its place
 // among the cohort's waiters (a pass or a promotion that came as it left goes
 // on to the next) and a listener no cohort took.
-func (a *acquisition) leave() {
+func (a *acquisition) Leave(*core.Acquisition) {
 	m := a.m
-	m.c.EndWait(&a.call)
 	if a.lw != nil {
 		p, promo := m.t.leave(m.name, a.lw)
 		if p != nil {
@@ -437,114 +209,66 @@ func (a *acquisition) leave() {
 	}
 }
 
-// failure is the error of a Lock call that ends without the lock. Where the
-// wait ran out it tells why, from what the last attempt learned: ErrLocked
-// only when Redis said another owner holds the lock; ErrUnavailable, wrapping
-// the last error, when Redis could not be reached or refused. An ErrLocked
-// says so when the holder is this Client (see heldHere).
-func (a *acquisition) failure(err error) error { return a.m.heldHere(a.why(err)) }
-
-func (a *acquisition) why(err error) error {
-	m := a.m
-	var timeout *waitTimeoutError
-	timedOut := errors.As(err, &timeout)
-	waitOver := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	switch {
-	case errors.Is(err, ErrClosed):
-		return err
-	case !waitOver && core.Transient(err):
-		// One attempt (TryLock), and Redis could not be reached.
-		return fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err)
-	case !waitOver:
-		return m.wrap("lock", err)
-	case errors.Is(a.lastErr, ErrNotReplicated):
-		// Redis answered; the replicas did not acknowledge in time.
-		return fmt.Errorf("rlock: lock %q: %w; last attempt: %w", m.name, err, core.Inner(a.lastErr))
-	case a.lastErr != nil && errors.Is(err, a.lastErr):
-		// The wait's error names it already (see core.WaitWith).
-		return core.Refused(fmt.Errorf("%w: lock %q: %w", ErrUnavailable, m.name, err))
-	case a.lastErr != nil:
-		return core.Refused(fmt.Errorf("%w: lock %q: %w; last error: %w", ErrUnavailable, m.name, err, a.lastErr))
-	case timedOut && a.sawHolder:
-		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, m.name, timeout.d, context.DeadlineExceeded)
-	case timedOut:
-		return fmt.Errorf("%w: lock %q: no answer from Redis: %w", ErrUnavailable, m.name, err)
-	case a.sawHolder && errors.Is(err, context.DeadlineExceeded):
-		// ctx's own deadline ended a wait behind another owner.
-		return fmt.Errorf("%w: %q: %w", ErrLocked, m.name, core.Inner(err))
+// Hold turns a successful acquisition into a lock context. If ctx ended in
+// the meantime the lock is given back, so a cancelled Lock never leaves a hold.
+func (a *acquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Context, error) {
+	if a.pass != nil {
+		return a.holdPassed(ctx)
 	}
-	return m.wrap("lock", err)
-}
-
-// hold turns a successful acquisition into a lock context. If ctx ended in the
-// meantime the lock is given back, so a cancelled Lock never leaves a hold.
-func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	m := a.m
-	a.noteVia()
-	if p := a.pass; p != nil {
-		a.giveUpOwner() // our place in the Redis queue is of no use now
-		if err := ctx.Err(); err != nil {
-			m.handOn(p)
-			return nil, m.wrap("lock", err)
-		}
-		lockCtx, cancel := core.LockContext(ctx)
-		h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
-		h.Ctx = lockCtx
-		h.SetCount(1)
-		h.LateAttempts = p.late
-		m.giveBackOnLapse(h)
-		if !m.c.Register(h) {
-			h.End(ErrUnlocked)
-			m.t.abortTransit(m.name)
-			return nil, ErrClosed
-		}
-		h.StartFrom(p.until, p.epoch)
-		h.AwaitExtension(p.claim)
-		m.t.adopt(m.name, h)
-		h.OnEnd(func() { m.t.dissolve(m.name, h) })
-		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
-	}
 	lockCtx, cancel := core.LockContext(ctx)
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, a.owner, a.reply.token, a.lease, a.renew, cancel)
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, a.Owner, a.Reply.Token, a.Lease, a.Renew, cancel)
 	h.Ctx = lockCtx
-	h.SetCount(a.reply.count)
-	h.LateAttempts = a.uncertain
+	h.SetCount(a.Reply.Count)
+	h.LateAttempts = a.Uncertain
 	m.giveBackOnLapse(h)
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
+		abandon(m.c, m.keys, a.Owner, a.Secret, a.Lease, true)
 		if err == nil {
 			err = ErrClosed
 		}
 		return nil, m.wrap("lock", err)
 	}
-	if a.claimed {
-		h.StartClaimed(a.ticket, a.claim())
+	if a.Claimed {
+		h.StartClaimed(a.Ticket, a.Claim())
 	} else {
-		h.Start(a.ticket)
+		h.Start(a.Ticket)
 	}
-	if a.renew && a.reply.last > a.reply.token && a.watch != nil {
+	if a.Turns != nil && a.Reply.Last > a.Reply.Token && a.watch != nil {
 		// Tokens to spare, and a listener for ForceUnlock: local waiters
 		// may be passed the lock.
-		m.t.form(m.name, h, a.reply.last, a.lw, a.watch, a.reply.left > 0)
+		m.t.form(m.name, h, a.Reply.Last, a.lw, a.watch, a.Reply.Left > 0)
 		a.watch = nil
 		h.OnEnd(func() { m.t.dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
 
-// noteVia records how the call got the lock, for Stats and the Observer.
-func (a *acquisition) noteVia() {
-	switch c := &a.call; {
-	case c.Via == core.ViaKept:
-	case a.pass != nil:
-		c.Via, c.HandOff = core.ViaLocal, time.Since(a.pass.at)
-	case c.Waited:
-		c.Via = core.ViaHandOff
-		if !a.wokeAt.IsZero() {
-			c.HandOff = time.Since(a.wokeAt)
-		}
+// holdPassed is Hold for a lock passed on by a hold of this Client.
+func (a *acquisition) holdPassed(ctx context.Context) (context.Context, error) {
+	m, p := a.m, a.pass
+	a.GiveUpOwner() // our place in the Redis queue is of no use now
+	if err := ctx.Err(); err != nil {
+		m.handOn(p)
+		return nil, m.wrap("lock", err)
 	}
+	lockCtx, cancel := core.LockContext(ctx)
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+	h.Ctx = lockCtx
+	h.SetCount(1)
+	h.LateAttempts = p.late
+	m.giveBackOnLapse(h)
+	if !m.c.Register(h) {
+		h.End(ErrUnlocked)
+		m.t.abortTransit(m.name)
+		return nil, ErrClosed
+	}
+	h.StartFrom(p.until, p.epoch)
+	h.AwaitExtension(p.claim)
+	m.t.adopt(m.name, h)
+	h.OnEnd(func() { m.t.dissolve(m.name, h) })
+	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
 
 // withHold makes the lock context returned to the caller: lockCtx (see
@@ -642,34 +366,6 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	return ctx, nil
 }
 
-// unacked gives back an acquisition that too few replicas acknowledged
-// (WithReplicaAck) before the call goes on: at once, so that a failing Lock
-// leaves nothing held in Redis, and under a tombstone, as the owner id is not
-// used again. With WithReplicaAckRetry a waiting call tries again soon, under
-// a new owner id; otherwise the attempt fails with ErrNotReplicated.
-func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
-	m := a.m
-	c := m.c
-	err := notReplicated(ctx, c, acked)
-	owner, secret := a.owner, a.secret
-	if uerr := c.GiveBack(ctx, func(ctx context.Context) error {
-		return abandonScript(ctx, c, m.keys, owner, secret, a.lease, true)
-	}, func() { abandon(c, m.keys, owner, secret, a.lease, true) }); uerr != nil {
-		err = fmt.Errorf("%w (giving it back failed, the lock is free at the latest in %v: %w)", err, a.lease, uerr)
-	}
-	a.owner, a.secret, a.queuedAt, a.queued, a.uncertain = c.NewID(), newSecret(), core.Ticket{}, false, false
-	a.sawHolder = false
-	if c.Cfg.ReplicaAckRetry && w != nil {
-		// The wait goes on; if it runs out, the replicas are why.
-		a.lastErr = notReplicated(context.WithoutCancel(ctx), c, acked)
-		return false, ackRetryIn, nil
-	}
-	if ctx.Err() == nil {
-		a.lastErr = err // not when ctx ended the WAIT: Redis was reached
-	}
-	return false, 0, err
-}
-
 // reentryUnacked takes back a re-entry that too few replicas acknowledged
 // (WithReplicaAck): one release, so the hold count is as before the call.
 // When that cannot be confirmed, the whole hold is given up, as for any
@@ -709,3 +405,17 @@ func startAcquisition(a *core.Acquisition, c *core.Client, p core.Protocol, spec
 	}
 	a.NewOwner()
 }
+
+// keepHandOff is the rule by which a waiter with secret keeps a message to
+// its owner id until its attempt takes it (see core.KeepData), for a place a
+// release queued for it (see Mutex.successorWait): a later message, which
+// anyone may publish, never displaces a hand-off proven with the secret.
+func keepHandOff(secret string) func(held, next string) bool {
+	return core.KeepData(func(data string) (uint64, bool) {
+		g, ok := parseGrant(data, secret)
+		return g.first, ok
+	}, MaxClaimWindow)
+}
+
+// waitTimeoutError is the cause of a wait that ran out of WithWaitTimeout.
+type waitTimeoutError = core.WaitTimeoutError

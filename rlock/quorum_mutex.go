@@ -111,7 +111,7 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 	waitCtx := ctx
 	if lc.waitSet {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{lc.waitTimeout})
+		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{D: lc.waitTimeout})
 		defer cancel()
 	}
 	l := qm.listen(waitCtx)
@@ -193,7 +193,7 @@ func (qm *QuorumMutex) failure(r *round, waitErr error) error {
 	case waitErr == nil:
 		return fmt.Errorf("%w: %q is held by other owners on %d of %d masters (a lock needs %d)", ErrLocked, qm.name, r.taken, n, q.major)
 	case timedOut && r.taken > 0:
-		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, qm.name, timeout.d, context.DeadlineExceeded)
+		return fmt.Errorf("%w: %q after waiting %v: %w", ErrLocked, qm.name, timeout.D, context.DeadlineExceeded)
 	}
 	return qm.wrap("lock", waitErr)
 }
