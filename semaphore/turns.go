@@ -398,12 +398,6 @@ func (t *turns) dissolveLocked(name string, co *cohort, h *core.Hold) {
 	t.put(name, co)
 }
 
-// turnsFor reports whether acquisitions of n permits with these options take
-// part in turns.
-func (s *Semaphore) turnsFor(n int64, a *acquisition) bool {
-	return s.turns != nil && n == 1 && a.renew
-}
-
 // releaseInBackground releases the lease id in Redis (granting the permit to
 // the head of the queue), retried for up to the unlock timeout.
 func (s *Semaphore) releaseInBackground(id string) {

@@ -18,19 +18,21 @@ import (
 //	kept      (kinds with turns) the lock this Client kept after its last
 //	          release -> held, no script; else -> attempt
 //	attempt   one acquire script that takes the lock if it is free, without
-//	          queueing. Skipped when this Client's calls are known to hold
-//	          or wait for the lock (Turns.Active, or the grant channel's
-//	          subscription is live): the queued state's first script then
-//	          acquires or queues, with no grant to miss.
+//	          queueing. Skipped, to local, when this Client's calls are known
+//	          to hold or wait for the lock (Turns.Active, or the grant
+//	          channel's subscription is live): the queued state's first
+//	          script then acquires or queues, with no grant to miss.
 //	            acquired -> held
 //	            taken -> failed (a Try call), local (a blocking one)
 //	            Redis unreachable -> failed, or local (a blocking call)
-//	local     (kinds with turns) waits among this Client's calls for the
-//	          same lock (see Turns.Local)
+//	local     (kinds with turns; once) waits among this Client's calls for
+//	          the same lock (see Turns.Local)
 //	            passed the lock -> held
 //	            given a place a release queued for it -> queued (presumed)
-//	            made the leader, or no turns -> queued
+//	            made the leader -> attempt, if no attempt was made and the
+//	            channel is not live; else queued
 //	            wait over -> failed
+//	          (no turns -> queued)
 //	queued    subscribed to the grant channel and queued in Redis under one
 //	          owner id, re-checking on every wake-up, when the holder's lease
 //	          ends, and at least every Spec.RecheckCap to keep its place
@@ -186,9 +188,11 @@ type Acquisition struct {
 	w       *pubsub.Waiter // the call's subscription, once it has one
 	err     error
 
-	sent     bool   // a request was sent under Owner
-	inRedis  bool   // an attempt may have queued Owner (or more)
-	queuedAt Ticket // dates the last attempt that queued Owner
+	attempted bool   // the first attempt was made
+	joined    bool   // the local state was entered
+	sent      bool   // a request was sent under Owner
+	inRedis   bool   // an attempt may have queued Owner (or more)
+	queuedAt  Ticket // dates the last attempt that queued Owner
 	// place is what that attempt reported: only a grant naming it was made
 	// after it (read by Parse on the pub/sub goroutine, hence atomic).
 	place     atomic.Uint64
@@ -238,7 +242,7 @@ func (a *Acquisition) Run(ctx context.Context) (context.Context, error) {
 }
 
 func (a *Acquisition) kept() state {
-	if a.Wait && a.Turns.Kept(a) {
+	if a.Turns.Kept(a) {
 		a.Call.Via, a.Passed = ViaKept, true
 		return stateHeld
 	}
@@ -248,13 +252,17 @@ func (a *Acquisition) kept() state {
 // attempt is the first attempt, unless the lock is known to be contended.
 func (a *Acquisition) attempt() state {
 	if a.Wait {
-		if a.Turns != nil && a.Turns.Active() {
+		if a.Turns != nil && !a.joined && a.Turns.Active() {
 			return stateLocal
 		}
-		if a.w = pubsubx.SubscribeIfLive(a.C.Mux, a.Spec.Channel, a.Spec.Weight); a.w != nil {
+		if a.w == nil {
+			a.w = pubsubx.SubscribeIfLive(a.C.Mux, a.Spec.Channel, a.Spec.Weight)
+		}
+		if a.w != nil {
 			return stateLocal
 		}
 	}
+	a.attempted = true
 	ok, retry, err := a.try(a.ctx, nil)
 	switch {
 	case err != nil && a.Wait && (Retryable(a.ctx, err) || a.C.Cfg.ReplicaAckRetry && isNotReplicated(err)):
@@ -272,10 +280,12 @@ func (a *Acquisition) attempt() state {
 	return stateLocal
 }
 
+// local waits among this Client's calls for the lock, once.
 func (a *Acquisition) local() state {
-	if a.Turns == nil {
+	if a.Turns == nil || a.joined {
 		return stateQueued
 	}
+	a.joined = true
 	out, err := a.Turns.Local(a.ctx, a)
 	switch out {
 	case LocalPassed:
@@ -285,6 +295,10 @@ func (a *Acquisition) local() state {
 	case LocalOver:
 		a.GiveUpOwner()
 		return a.fail(err)
+	case LocalLeader:
+		if !a.attempted && a.w == nil {
+			return stateAttempt // the leader's first attempt, as any call's
+		}
 	}
 	return stateQueued
 }
@@ -365,6 +379,9 @@ func (a *Acquisition) WaitCtx() context.Context { return a.waitCtx }
 // first attempt only waits, for retryIn at most.
 func (a *Acquisition) Promote(owner, secret string, at Ticket, place uint64, check bool, retryIn time.Duration, w *pubsub.Waiter) {
 	a.GiveUpOwner()
+	if a.w != nil {
+		a.w.Leave(true) // the place comes with its own subscription
+	}
 	a.Owner, a.Secret, a.sent, a.inRedis, a.keep = owner, secret, true, true, nil
 	a.queuedAt = at
 	a.place.Store(place)

@@ -109,7 +109,7 @@ func (a *Acquisition) attemptFailed(ctx context.Context, r Reply, err error) err
 	a.C.NoteError(err)
 	if r.Status == Answered {
 		a.lastErr = nil
-		return err
+		return answeredError{err}
 	}
 	// Unless it says nothing of Redis (the wait ending mid-call, another
 	// caller's deadline closing the connection): then what the attempts
@@ -206,6 +206,12 @@ func (a *Acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64
 	return false, 0, err
 }
 
+// answeredError is the kind's error for an answer of Redis (see Answered).
+type answeredError struct{ err error }
+
+func (e answeredError) Error() string { return e.err.Error() }
+func (e answeredError) Unwrap() error { return e.err }
+
 // WaitTimeoutError is the cause of a wait that ran out of its wait timeout;
 // failure tells what it means.
 type WaitTimeoutError struct{ D time.Duration }
@@ -224,9 +230,12 @@ func (a *Acquisition) failure(err error) error {
 	var timeout *WaitTimeoutError
 	timedOut := errors.As(err, &timeout)
 	waitOver := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	var answered answeredError
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
+	case errors.As(err, &answered):
+		return answered.err // the kind's own error, naming the call
 	case !waitOver && Transient(err):
 		// One attempt (a Try call), and Redis could not be reached.
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, s.Op, s.Name, err)
