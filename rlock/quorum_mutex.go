@@ -114,19 +114,29 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{D: lc.waitTimeout})
 		defer cancel()
 	}
+	return qm.wait(ctx, waitCtx, r, lease, renew)
+}
+
+// wait makes rounds until one wins or waitCtx ends: after every release a
+// master announces, and else when the holders' leases end (see retryIn),
+// with backoff while too few masters answer. first is the round that
+// failed before the wait.
+func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, first *round, lease time.Duration, renew bool) (context.Context, error) {
+	q := qm.q
+	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
 	l := qm.listen(waitCtx)
 	defer l.stop()
 	l.awaitReady(q.attemptTimeout(lease))
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	last := r
+	last := first
 	splits := 0
 	backoff := time.Duration(0)
 	for {
 		// The wake-ups so far are answered by this round; any that comes
 		// during it or after makes another.
 		l.drain()
-		r = qm.round(waitCtx, lease)
+		r := qm.round(waitCtx, lease)
 		if r.won {
 			l.satisfied.Store(true)
 			return qm.hold(ctx, r, renew)
@@ -137,17 +147,7 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 				return nil, qm.failure(r, nil)
 			}
 		}
-		var delay time.Duration
-		if r.notReplicated(q.major) {
-			delay = ackRetryIn
-		} else if r.failed > len(q.masters)-q.major {
-			backoff = min(max(2*backoff, minRetryBackoff), maxRetryBackoff)
-			delay = backoff
-		} else {
-			backoff = 0
-			delay = qm.retryIn(r, &splits)
-		}
-		timer.Reset(delay)
+		timer.Reset(qm.nextRound(r, &backoff, &splits))
 		select {
 		case <-l.wake:
 		case <-timer.C:
@@ -157,6 +157,20 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 			return nil, qm.failure(last, core.CtxError(waitCtx))
 		}
 	}
+}
+
+// nextRound is how long to wait for a wake-up before the round after r.
+func (qm *QuorumMutex) nextRound(r *round, backoff *time.Duration, splits *int) time.Duration {
+	q := qm.q
+	switch {
+	case r.notReplicated(q.major):
+		return ackRetryIn
+	case r.failed > len(q.masters)-q.major:
+		*backoff = min(max(2**backoff, minRetryBackoff), maxRetryBackoff)
+		return *backoff
+	}
+	*backoff = 0
+	return qm.retryIn(r, splits)
 }
 
 // Backoff of rounds that could not reach enough masters.
