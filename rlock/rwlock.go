@@ -293,42 +293,44 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 	return err
 }
 
-// release drops one level of h (see Mutex.release): retried with one request
+// release drops one level of h (see core.Release): retried with one request
 // id for up to the unlock timeout, and the hold given up when its outcome
 // stays unknown.
 func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, requestID string) error {
-	h.Serial.Lock()
-	defer h.Serial.Unlock()
-	what := lockWord(write)
-	if e, cause := h.State(); e {
-		return rw.notHeld(what, cause)
-	}
-	h.BeginRelease()
-	defer h.EndRelease()
-	ctx, cancel := rw.c.UnlockContext(lockCtx)
-	defer cancel()
-	lease, _ := h.Lease()
-	t := h.Send(lease)
+	r := &rwRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked}, rw: rw, write: write, requestID: requestID}
+	return r.Run(lockCtx, r)
+}
+
+// rwRelease is one release of an RWMutex hold (see core.Releaser).
+type rwRelease struct {
+	core.Release
+	rw        *RWMutex
+	write     bool
+	requestID string
+}
+
+// Pass is false: an RWMutex has no turns.
+func (r *rwRelease) Pass(*core.Release) bool { return false }
+
+// Round runs rw_release.lua.
+func (r *rwRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (core.ReleaseReply, error) {
+	rw, h := r.rw, r.Hold
 	var left int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner, write, requestID, lease, h.LateAttempts)
+		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner, r.write, r.requestID, r.Lease, h.LateAttempts)
 		rw.c.NoteError(err)
 		return err
 	})
-	switch {
-	case err != nil:
-		ae := h.Abandon("unlock", err, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, h.LateAttempts)
-		})
-		return rw.wrap("unlock "+what+" lock", ae)
-	case left < 0:
-		h.End(ErrLeaseLost)
-		return rw.notHeld(what, ErrLeaseLost)
-	case left == 0:
-		h.End(ErrUnlocked)
-	default:
-		h.SetCount(left)
-		h.Extend(t, lease)
-	}
-	return nil
+	return core.ReleaseReply{Left: left}, err
+}
+
+// Cleanup frees the hold whatever the release did.
+func (r *rwRelease) Cleanup(ctx context.Context, _ *core.Release) error {
+	return rwAbandonScript(ctx, r.rw.c, r.rw.keys, r.Hold.Owner, "-", r.write, r.Lease, r.Hold.LateAttempts)
+}
+
+func (r *rwRelease) NotHeld(cause error) error { return r.rw.notHeld(lockWord(r.write), cause) }
+
+func (r *rwRelease) Wrap(err error) error {
+	return r.rw.wrap("unlock "+lockWord(r.write)+" lock", err)
 }

@@ -98,86 +98,89 @@ const (
 	releaseInRedis
 )
 
-// release releases one level of h; mode says whether the final level may
-// pass the lock on or keep it in the Client.
+// release releases one level of h (see core.Release); mode says whether the
+// final level may pass the lock on or keep it in the Client.
 func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mode releaseMode) error {
-	h.Serial.Lock()
-	defer h.Serial.Unlock()
-	if ended, cause := h.State(); ended {
-		return m.notHeld(cause)
-	}
-	n, releasing := h.Count()
-	final := n == 1 && !releasing
-	// A fair hold formed no cohort: it neither passes the lock on in the
-	// Client nor keeps it for the Client; the head of the Redis queue is next.
-	local := final && !m.fair
-	if local && mode != releaseInRedis && (m.t.passOn(m.name, h) || mode == releaseTurn && m.t.park(m, h)) {
-		h.End(ErrUnlocked) // the next holder took over the owner field
-		return nil
-	}
-	h.BeginRelease()
-	defer h.EndRelease()
-	ctx, cancel := m.c.UnlockContext(lockCtx)
-	defer cancel()
-	lease, _ := h.Lease()
-	// At most two rounds: one that may keep the lock for a local waiter, and,
-	// if that waiter cannot take it after all, one that lets it go.
-	for mayKeep := local; ; mayKeep = false {
-		var next *localWaiter
-		var sw *pubsub.Waiter
-		var place successorPlace
-		if mayKeep {
-			if next = m.t.successor(m.name, h); next == nil && mode != releaseInRedis {
-				next = m.t.reserve(m, h)
-			}
-			sw, place = m.successorWait(h, next)
-		}
-		t := h.Send(lease)
-		var r releaseReply
-		err := core.RetryTransient(ctx, func() (err error) {
-			r, err = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, place, h.LateAttempts)
-			m.c.NoteError(err)
-			return err
-		})
-		if sw != nil {
-			m.placeSuccessor(h, next, sw, place, r, t, err)
-		}
-		switch {
-		case err != nil:
-			m.t.dissolve(m.name, h)
-			ae := h.Abandon("unlock", err, func(ctx context.Context) error {
-				return abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, h.LateAttempts)
-			})
-			return m.wrap("unlock", ae)
-		case r.kept && mayKeep:
-			// No one else waits in Redis: the lock stayed ours for the
-			// next local waiter. Pass it on; if that fails (it left, say),
-			// let the lock go in a second round.
-			h.Extend(t, lease)
-			if m.t.keep(m.name, h, next, r.first, r.last) && m.t.passOn(m.name, h) {
-				h.End(ErrUnlocked)
-				return nil
-			}
-			m.t.dissolve(m.name, h)
-			req = newRequest(m.c)
-			continue
-		case r.kept:
-			return m.wrap("unlock", fmt.Errorf("unexpected reply: lock kept without a successor"))
-		case r.left < 0:
-			h.End(ErrLeaseLost)
-			return m.notHeld(ErrLeaseLost)
-		case r.left == 0:
-			h.End(ErrUnlocked)
-			if local {
-				m.t.noteReleased(m.name)
-			}
-		default:
-			h.SetCount(r.left)
-			h.Extend(t, lease)
-		}
-		return nil
-	}
+	r := &mutexRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked}, m: m, req: req, mode: mode}
+	return r.Run(lockCtx, r)
 }
+
+// mutexRelease is one release of a Mutex hold: the Mutex's part of the
+// release states (see core.Releaser).
+type mutexRelease struct {
+	core.Release
+	m    *Mutex
+	req  *request
+	mode releaseMode
+	// local: the final level of a hold that is not fair, which may pass the
+	// lock on or keep it in the Client. A fair hold formed no cohort: the
+	// head of the Redis queue is next.
+	local bool
+}
+
+// Pass passes the lock to a waiting goroutine of the Client, or keeps it
+// for the Client's next Lock (see cohorts.park), as the mode allows.
+func (r *mutexRelease) Pass(*core.Release) bool {
+	m, h := r.m, r.Hold
+	r.local = !m.fair
+	return r.local && r.mode != releaseInRedis && (m.t.passOn(m.name, h) || r.mode == releaseTurn && m.t.park(m, h))
+}
+
+// Round runs release.lua. At most two rounds: one that may keep the lock
+// for a local waiter (the successor), and, if that waiter cannot take it
+// after all, one that lets it go.
+func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket) (core.ReleaseReply, error) {
+	m, h := r.m, r.Hold
+	mayKeep := r.local && r.Release.Round == 0
+	var next *localWaiter
+	var sw *pubsub.Waiter
+	var place successorPlace
+	if mayKeep {
+		if next = m.t.successor(m.name, h); next == nil && r.mode != releaseInRedis {
+			next = m.t.reserve(m, h)
+		}
+		sw, place = m.successorWait(h, next)
+	}
+	var rr releaseReply
+	err := core.RetryTransient(ctx, func() (err error) {
+		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner, r.req, r.Lease, place, h.LateAttempts)
+		m.c.NoteError(err)
+		return err
+	})
+	if sw != nil {
+		m.placeSuccessor(h, next, sw, place, rr, t, err)
+	}
+	switch {
+	case err != nil:
+		m.t.dissolve(m.name, h)
+		return core.ReleaseReply{}, err
+	case rr.kept && mayKeep:
+		// No one else waits in Redis: the lock stayed ours for the next
+		// local waiter. Pass it on; if that fails (it left, say), let the
+		// lock go in a second round.
+		h.Extend(t, r.Lease)
+		if m.t.keep(m.name, h, next, rr.first, rr.last) && m.t.passOn(m.name, h) {
+			return core.ReleaseReply{Left: 0}, nil
+		}
+		m.t.dissolve(m.name, h)
+		r.req = newRequest(m.c)
+		return core.ReleaseReply{Again: true}, nil
+	case rr.kept:
+		return core.ReleaseReply{Err: fmt.Errorf("unexpected reply: lock kept without a successor")}, nil
+	case rr.left == 0 && r.local:
+		m.t.noteReleased(m.name)
+	}
+	return core.ReleaseReply{Left: rr.left}, nil
+}
+
+// Cleanup frees the owner field whatever the release did.
+func (r *mutexRelease) Cleanup(ctx context.Context, _ *core.Release) error {
+	return abandonScript(ctx, r.m.c, r.m.keys, r.Hold.Owner, "-", r.Lease, r.Hold.LateAttempts)
+}
+
+func (r *mutexRelease) NotHeld(cause error) error { return r.m.notHeld(cause) }
+
+func (r *mutexRelease) Wrap(err error) error { return r.m.wrap("unlock", err) }
 
 // successorWait prepares the release of h to queue next, the Client's next
 // leader (a waiting goroutine, or a place reserved for an expected Lock), in

@@ -380,49 +380,64 @@ func (s *Semaphore) releasePermits(permitCtx context.Context) error {
 	return s.release(permitCtx, p, s.c.NewID(), false, true)
 }
 
-// release runs the release under requestID; retried tells that a request of
-// that id may have run already (only tests replay one). A one-permit lease
-// goes to the next waiter of this Client instead while its turn lasts, or,
-// with mayPark, is kept for this Client's next Acquire (see turns.go).
+// release runs the release under requestID (see core.Release); retried
+// tells that a request of that id may have run already (only tests replay
+// one). A one-permit lease goes to the next waiter of this Client instead
+// while its turn lasts, or, with mayPark, is kept for this Client's next
+// Acquire (see turns.go).
 func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string, retried, mayPark bool) error {
-	h := p.hold
-	h.Serial.Lock() // one release of h at a time: a pass hands its id on
-	defer h.Serial.Unlock()
-	if ended, cause := h.State(); ended {
-		return s.notHeld(cause)
+	r := &semRelease{Release: core.Release{Hold: p.hold, Op: "release", Ended: ErrReleased}, s: s, n: p.n,
+		requestID: requestID, retried: retried, mayPark: mayPark}
+	return r.Run(permitCtx, r)
+}
+
+// semRelease is one release of a semaphore's permits (see core.Releaser).
+type semRelease struct {
+	core.Release
+	s                *Semaphore
+	n                int64
+	requestID        string
+	retried, mayPark bool
+}
+
+// Pass passes a one-permit lease to the next waiter of this Client while its
+// turn lasts, or keeps it for the Client's next Acquire.
+func (r *semRelease) Pass(*core.Release) bool {
+	s, h := r.s, r.Hold
+	if s.turns == nil || r.n != 1 {
+		return false
 	}
-	if s.turns != nil && p.n == 1 {
-		if s.turns.passOn(s.name, h) || mayPark && s.turns.park(s, h) {
-			h.End(ErrReleased) // the next holder took over the lease
-			return nil
-		}
-		// The turn ends: the oldest waiter queues in Redis, behind the
-		// other Clients' waiters that this release serves first.
-		s.turns.dissolve(s.name, h)
+	if s.turns.passOn(s.name, h) || r.mayPark && s.turns.park(s, h) {
+		return true
 	}
-	h.BeginRelease()
-	defer h.EndRelease()
-	// The release sets no lease, so it needs no ticket.
-	ctx, cancel := s.c.UnlockContext(permitCtx)
-	defer cancel()
+	// The turn ends: the oldest waiter queues in Redis, behind the other
+	// Clients' waiters that this release serves first.
+	s.turns.dissolve(s.name, h)
+	return false
+}
+
+// Round runs sem_release.lua.
+func (r *semRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (core.ReleaseReply, error) {
 	var released int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		released, err = s.releaseScript(ctx, h.Owner, requestID, retried)
-		retried = true // from now on an earlier attempt may have run
+		released, err = r.s.releaseScript(ctx, r.Hold.Owner, r.requestID, r.retried)
+		r.retried = true // from now on an earlier attempt may have run
 		return err
 	})
-	switch {
-	case err != nil:
-		id := h.Owner
-		ae := h.Abandon("release", err, func(ctx context.Context) error { return s.abandonScript(ctx, id, "") })
-		return s.wrap("release", ae)
-	case released < 0:
-		h.End(ErrLeaseLost)
-		return s.notHeld(ErrLeaseLost)
+	if released < 0 {
+		return core.ReleaseReply{Left: -1}, err
 	}
-	h.End(ErrReleased)
-	return nil
+	return core.ReleaseReply{}, err
 }
+
+// Cleanup frees the permits whatever the release did.
+func (r *semRelease) Cleanup(ctx context.Context, _ *core.Release) error {
+	return r.s.abandonScript(ctx, r.Hold.Owner, "")
+}
+
+func (r *semRelease) NotHeld(cause error) error { return r.s.notHeld(cause) }
+
+func (r *semRelease) Wrap(err error) error { return r.s.wrap("release", err) }
 
 // Permits returns how many permits permitCtx holds of the semaphore: 0 when it
 // holds none, or they were released or lost.
