@@ -18,11 +18,11 @@ import (
 //	attempt   one acquire.lua without queueing; skipped when goroutines of
 //	          this Client already hold or wait for the lock
 //	            acquired -> held; taken -> (TryLock: fail) cohort or queued
-//	cohort    a watchdog Lock waits in its Client (see cohort.go) until it is
+//	cohort    a watchdog Lock waits in its Client (see turns.go) until it is
 //	            passed the lock -> held
 //	            made the leader with a place queued for it -> queued (presumed)
 //	            a place the Client's last release reserved (see
-//	            cohorts.reserve), taken at once -> queued (presumed)
+//	            core.Turns.Reserve), taken at once -> queued (presumed)
 //	            made the leader without one -> queued
 //	            wait over -> failed
 //	          (leaving for a pass, a place queued for it, or failure, it
@@ -70,7 +70,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 	}
 	if a.renew && !m.fair {
 		// The lock kept for this Client after its last Unlock (a turn).
-		if a.pass = m.t.unpark(m); a.pass != nil {
+		if a.pass = m.t.Unpark(m.turn()); a.pass != nil {
 			a.call.Via = core.ViaKept
 			return a.hold(ctx)
 		}
@@ -91,7 +91,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 	}
 	defer a.leave()
 	joinCohort := func() (done bool, lockCtx context.Context, err error) {
-		lw, lead := m.t.join(m.name)
+		lw, lead := m.t.Join(m.name)
 		a.lw = lw
 		if lead {
 			return false, nil, nil
@@ -100,22 +100,22 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 		m.c.BeginWait(&a.call)
 		startWait()
 		select {
-		case <-lw.ready:
+		case <-lw.Ready():
 		case <-waitCtx.Done():
 			a.giveUpOwner() // its first attempt may have queued it, or more
 			return true, nil, a.failure(core.CtxError(waitCtx))
 		}
-		if a.pass = m.t.take(lw, nil); a.pass != nil {
+		if a.pass = m.t.Take(lw, nil); a.pass != nil {
 			lockCtx, err = a.hold(ctx)
 			return true, lockCtx, err
 		}
-		if p := m.t.takePromotion(lw); p != nil {
+		if p := m.t.TakePromotion(lw); p != nil {
 			// The release that ended our Client's turn queued us in Redis,
 			// under an owner id of its own.
 			a.giveUpOwner()
-			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.owner, p.secret, true, p.queuedAt, p.fence
-			a.presumeQueued, a.presumedRetry = !p.check, p.retryIn
-			if err := m.c.WaitWith(waitCtx, p.w, a.waitTry); err != nil {
+			a.owner, a.secret, a.queued, a.queuedAt, a.queuedFence = p.Owner, p.Secret, true, p.QueuedAt, p.Fence
+			a.presumeQueued, a.presumedRetry = !p.Check, p.RetryIn
+			if err := m.c.WaitWith(waitCtx, p.W, a.waitTry); err != nil {
 				abandon(m.c, m.keys, a.owner, a.secret, a.lease, true)
 				return true, nil, a.failure(err)
 			}
@@ -130,7 +130,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 	// A blocking Lock whose channel is subscribed already (it lingers after
 	// this Client's last wait: a worker locking in a loop) skips it too: one
 	// script then acquires or queues, with no hand-off message to miss.
-	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
+	firstAttempt := !(a.cohort && m.t.Active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
 	var early *pubsub.Waiter
 	if firstAttempt && wait {
 		if early = pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); early != nil {
@@ -235,9 +235,9 @@ type acquisition struct {
 	call   core.Call // what Stats and the Observer learn of the call
 	wokeAt time.Time // the start of the last attempt made while waiting
 
-	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
+	lw    *localWaiter   // the wait for a local pass (see turns.go), if any
 	pass  *cohortPass    // the lock passed on by a hold of this Client
-	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+	watch *pubsub.Waiter // hears messages to this owner once it holds (see core.TurnWatch)
 	// watchDrop: release the hold if its lock context is dropped without
 	// Unlock (see Mutex.withHold); off for a MultiLock's members.
 	watchDrop bool
@@ -250,7 +250,7 @@ type acquisition struct {
 func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
 	c := a.m.c
 	if a.lw != nil {
-		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
+		if a.pass = a.m.t.Take(a.lw, w); a.pass != nil {
 			return true, 0, nil
 		}
 	}
@@ -404,7 +404,7 @@ func (a *acquisition) claim() time.Duration { return min(a.lease, a.m.c.Cfg.Clai
 
 // listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
-// (w's): ForceUnlock tells a holder so (see cohort.watch).
+// (w's): ForceUnlock tells a holder so (see core.TurnWatch).
 func (a *acquisition) listen(w *pubsub.Waiter) {
 	if !a.renew || a.m.fair || a.watch != nil {
 		return // only cohorting watchdog holds pass the lock on
@@ -423,13 +423,13 @@ func (a *acquisition) leave() {
 	m := a.m
 	m.c.EndWait(&a.call)
 	if a.lw != nil {
-		p, promo := m.t.leave(m.name, a.lw)
+		p, promo := m.t.Leave(m.name, a.lw)
 		if p != nil {
 			m.handOn(p)
 		}
 		if promo != nil {
-			promo.w.Leave(true)
-			abandon(m.c, m.keys, promo.owner, promo.secret, m.c.Cfg.WatchdogTimeout, false)
+			promo.W.Leave(true)
+			abandon(m.c, m.keys, promo.Owner, promo.Secret, m.c.Cfg.WatchdogTimeout, false)
 		}
 	}
 	if a.watch != nil {
@@ -488,20 +488,20 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 			return nil, m.wrap("lock", err)
 		}
 		lockCtx, cancel := core.LockContext(ctx)
-		h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+		h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, cancel)
 		h.Ctx = lockCtx
 		h.SetCount(1)
-		h.LateAttempts = p.late
+		h.LateAttempts = p.Late
 		m.giveBackOnLapse(h)
 		if !m.c.Register(h) {
 			h.End(ErrUnlocked)
-			m.t.abortTransit(m.name)
+			m.t.AbortTransit(m.turn(), p)
 			return nil, ErrClosed
 		}
-		h.StartFrom(p.until, p.epoch)
-		h.AwaitExtension(p.claim)
-		m.t.adopt(m.name, h)
-		h.OnEnd(func() { m.t.dissolve(m.name, h) })
+		h.StartFrom(p.Until, p.Epoch)
+		h.AwaitExtension(p.Claim)
+		m.t.Adopt(m.name, h)
+		h.OnEnd(func() { m.t.Dissolve(m.name, h) })
 		return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 	}
 	lockCtx, cancel := core.LockContext(ctx)
@@ -526,9 +526,9 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 	if a.renew && a.reply.last > a.reply.token && a.watch != nil {
 		// Tokens to spare, and a listener for ForceUnlock: local waiters
 		// may be passed the lock.
-		m.t.form(m.name, h, a.reply.last, a.lw, a.watch, a.reply.left > 0)
+		m.t.Form(m.name, h, a.reply.last, a.lw, a.watch, a.reply.left > 0)
 		a.watch = nil
-		h.OnEnd(func() { m.t.dissolve(m.name, h) })
+		h.OnEnd(func() { m.t.Dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
@@ -538,7 +538,7 @@ func (a *acquisition) noteVia() {
 	switch c := &a.call; {
 	case c.Via == core.ViaKept:
 	case a.pass != nil:
-		c.Via, c.HandOff = core.ViaLocal, time.Since(a.pass.at)
+		c.Via, c.HandOff = core.ViaLocal, time.Since(a.pass.At)
 	case c.Waited:
 		c.Via = core.ViaHandOff
 		if !a.wokeAt.IsZero() {
@@ -600,7 +600,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	if lc.leaseSet {
 		// A fixed lease from now on: no more renewals, and no more local
 		// passes, which only a renewed hold can honour.
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		h.SetLease(lc.lease, false)
 	}
 	newLease := lease

@@ -69,8 +69,8 @@ func (m *Mutex) observedUnlock(lockCtx context.Context) error {
 
 // unlockInRedis is Unlock by a script in Redis that ends before it returns:
 // the final level neither keeps the lock for this Client's next Lock (a
-// linger, see cohorts.park) nor passes it to a waiting goroutine of the
-// Client without Redis (see cohorts.passOn); the script gives it to the head
+// linger, see core.Turns.Park) nor passes it to a waiting goroutine of the
+// Client without Redis (see core.Turns.PassOn); the script gives it to the head
 // of the Redis queue, or frees it. A failed MultiLock releases its members so
 // that it holds nothing when it returns.
 func (m *Mutex) unlockInRedis(lockCtx context.Context) error {
@@ -87,14 +87,14 @@ type releaseMode uint8
 
 const (
 	// releaseTurn passes the lock to a waiting goroutine of the Client, or
-	// keeps it for the Client's next Lock for a moment (see cohorts.park).
+	// keeps it for the Client's next Lock for a moment (see core.Turns.Park).
 	releaseTurn releaseMode = iota
 	// releasePass passes the lock to a waiting goroutine, never keeps it.
 	releasePass
 	// releaseInRedis does neither: the release runs in Redis. A waiting
 	// goroutine of the Client is queued there as its next leader (or, when
 	// no one else waits, the script keeps the lock for it), but no place is
-	// reserved for a Lock the Client has not made (see cohorts.reserve).
+	// reserved for a Lock the Client has not made (see core.Turns.Reserve).
 	releaseInRedis
 )
 
@@ -111,7 +111,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 	// A fair hold formed no cohort: it neither passes the lock on in the
 	// Client nor keeps it for the Client; the head of the Redis queue is next.
 	local := final && !m.fair
-	if local && mode != releaseInRedis && (m.t.passOn(m.name, h) || mode == releaseTurn && m.t.park(m, h)) {
+	if local && mode != releaseInRedis && (m.t.PassOn(m.name, h) || mode == releaseTurn && m.t.Park(m.turn(), h)) {
 		h.End(ErrUnlocked) // the next holder took over the owner field
 		return nil
 	}
@@ -127,8 +127,8 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 		var sw *pubsub.Waiter
 		var place successorPlace
 		if mayKeep {
-			if next = m.t.successor(m.name, h); next == nil && mode != releaseInRedis {
-				next = m.t.reserve(m, h)
+			if next = m.t.Successor(m.name, h); next == nil && mode != releaseInRedis {
+				next = m.t.Reserve(m.turn(), h)
 			}
 			sw, place = m.successorWait(h, next)
 		}
@@ -144,7 +144,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 		}
 		switch {
 		case err != nil:
-			m.t.dissolve(m.name, h)
+			m.t.Dissolve(m.name, h)
 			ae := h.Abandon("unlock", err, func(ctx context.Context) error {
 				return abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, h.LateAttempts)
 			})
@@ -154,11 +154,11 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 			// next local waiter. Pass it on; if that fails (it left, say),
 			// let the lock go in a second round.
 			h.Extend(t, lease)
-			if m.t.keep(m.name, h, next, r.first, r.last) && m.t.passOn(m.name, h) {
+			if m.t.Keep(m.name, h, next, r.first, r.last) && m.t.PassOn(m.name, h) {
 				h.End(ErrUnlocked)
 				return nil
 			}
-			m.t.dissolve(m.name, h)
+			m.t.Dissolve(m.name, h)
 			req = newRequest(m.c)
 			continue
 		case r.kept:
@@ -169,7 +169,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 		case r.left == 0:
 			h.End(ErrUnlocked)
 			if local {
-				m.t.noteReleased(m.name)
+				m.t.NoteReleased(m.name)
 			}
 		default:
 			h.SetCount(r.left)
@@ -191,10 +191,10 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
 			owner, secret := m.c.NewID(), newSecret()
 			pubsubx.SetTagKeeping(w, owner, keepHandOff(secret))
-			return w, successorPlace{owner: owner, secret: secret, reserved: next.reservedBy != nil}
+			return w, successorPlace{owner: owner, secret: secret, reserved: next.Reserved()}
 		}
 	}
-	m.t.dissolve(m.name, h)
+	m.t.Dissolve(m.name, h)
 	return nil, successorPlace{}
 }
 
@@ -210,21 +210,21 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 	case err == nil && r.kept:
 		w.Leave(true)
 	case err == nil && r.unqueued:
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		w.Leave(true)
 	case err == nil && r.left == 0:
 		retry := m.c.RetryAfter(r.granted)
 		if r.granted == 0 {
 			retry = 0
 		}
-		p := &promotion{w: w, owner: place.owner, secret: place.secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
-			retryIn: min(retry, recheckCap(m.c))}
-		if !m.t.promote(m, h, next, p) {
+		p := &promotion{W: w, Owner: place.owner, Secret: place.secret, QueuedAt: sent, Fence: r.fence, Check: r.granted == 0,
+			RetryIn: min(retry, recheckCap(m.c))}
+		if !m.t.Promote(m.name, h, next, p) {
 			w.Leave(true)
 			abandon(m.c, m.keys, place.owner, place.secret, wd, false)
 		}
 	default:
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		w.Leave(true)
 		if err != nil { // the script may have queued it
 			abandon(m.c, m.keys, place.owner, place.secret, wd, true)
@@ -237,17 +237,17 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 // that fails gives the hold up (see release), so nothing is left behind
 // that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, func(error) {})
 	h.SetCount(1)
-	h.LateAttempts = p.late
+	h.LateAttempts = p.Late
 	m.giveBackOnLapse(h)
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		m.t.abortTransit(m.name) // closing: the lock expires in Redis
+		m.t.AbortTransit(m.turn(), p) // closing: give it back in Redis
 		return
 	}
-	h.StartFrom(p.until, p.epoch)
-	h.AwaitExtension(p.claim)
-	m.t.adopt(m.name, h)
+	h.StartFrom(p.Until, p.Epoch)
+	h.AwaitExtension(p.Claim)
+	m.t.Adopt(m.name, h)
 	_ = m.release(context.Background(), h, newRequest(m.c), releasePass)
 }

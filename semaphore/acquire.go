@@ -131,14 +131,14 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	wait = wait && !a.cfg.tryOnce // WithWaitTimeout(0): one attempt, as TryAcquire
 	if wait && s.turnsFor(n, a) {
 		// The lease kept for this Client after its last Release (see turns.go).
-		if p := s.turns.unpark(s); p != nil {
+		if p := s.turns.Unpark(s.turn()); p != nil {
 			a.call.Via = core.ViaKept
 			return s.holdPassed(ctx, p)
 		}
-		lw, lead := s.turns.join(s.name)
+		lw, lead := s.turns.Join(s.name)
 		a.lw = lw
 		defer func() {
-			if p := s.turns.leave(s.name, lw); p != nil {
+			if p, _ := s.turns.Leave(s.name, lw); p != nil {
 				s.handOn(p) // passed to us as we gave up: pass it on
 			}
 		}()
@@ -307,7 +307,7 @@ type acquisition struct {
 	traced        bool // id may be queued or hold permits: abandon it on failure
 	// lw is the call's place among its Client's waiters (see turns.go); nil
 	// when it takes no part in turns.
-	lw *localWaiter
+	lw *core.TurnWaiter
 	// call is what Stats and the Observer learn of the call; wokeAt the
 	// start of the last attempt made while waiting.
 	call   core.Call
@@ -517,8 +517,8 @@ func (a *acquisition) hold(ctx context.Context) (context.Context, error) {
 		h.Start(a.ticket)
 	}
 	if a.lw != nil {
-		s.turns.form(s.name, h, a.lw, a.contended)
-		h.OnEnd(func() { s.turns.dissolve(s.name, h) })
+		s.turns.Form(s.name, h, core.NoTokens, a.lw, nil, a.contended)
+		h.OnEnd(func() { s.turns.Dissolve(s.name, h) })
 	}
 	return s.withPermit(permitCtx, h, a.got), nil
 }
@@ -546,7 +546,7 @@ func (s *Semaphore) releaseDropped(h *core.Hold, n int64) (bool, error) {
 // waitLocal waits among the Client's waiters until it is passed a lease
 // (done, with the permit context), made the leader (not done), or the wait is
 // over (done, with the error).
-func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx context.Context, done bool, err error) {
+func (a *acquisition) waitLocal(ctx context.Context, lw *core.TurnWaiter) (permitCtx context.Context, done bool, err error) {
 	s := a.s
 	waitCtx := ctx
 	if a.cfg.waitSet {
@@ -556,7 +556,7 @@ func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx
 		defer cancel()
 	}
 	select {
-	case <-lw.ready:
+	case <-lw.Ready():
 	case <-waitCtx.Done():
 		err := core.CtxError(waitCtx)
 		if errors.Is(err, ErrNoPermits) {
@@ -564,8 +564,8 @@ func (a *acquisition) waitLocal(ctx context.Context, lw *localWaiter) (permitCtx
 		}
 		return nil, true, s.wrap("acquire", err)
 	}
-	if p := s.turns.take(lw); p != nil {
-		a.call.Via, a.call.HandOff = core.ViaLocal, time.Since(p.at)
+	if p := s.turns.Take(lw, nil); p != nil {
+		a.call.Via, a.call.HandOff = core.ViaLocal, time.Since(p.At)
 		permitCtx, err := s.holdPassed(ctx, p)
 		return permitCtx, true, err
 	}
@@ -625,13 +625,13 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 		return s.notHeld(cause)
 	}
 	if s.turns != nil && p.n == 1 {
-		if s.turns.passOn(s.name, h) || mayPark && s.turns.park(s, h) {
+		if s.turns.PassOn(s.name, h) || mayPark && s.turns.Park(s.turn(), h) {
 			h.End(ErrReleased) // the next holder took over the lease
 			return nil
 		}
 		// The turn ends: the oldest waiter queues in Redis, behind the
 		// other Clients' waiters that this release serves first.
-		s.turns.dissolve(s.name, h)
+		s.turns.Dissolve(s.name, h)
 	}
 	h.BeginRelease()
 	defer h.EndRelease()
@@ -654,6 +654,9 @@ func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID stri
 		return s.notHeld(ErrLeaseLost)
 	}
 	h.End(ErrReleased)
+	if s.turns != nil && p.n == 1 {
+		s.turns.NoteReleased(s.name)
+	}
 	return nil
 }
 
