@@ -71,26 +71,12 @@ type Client struct {
 	lastRound atomic.Pointer[RenewRound] // see LastRenewRound
 	slots     slotMap                    // a cluster's slots by node, for the watchdog
 
-	onClose []func() // see OnClose
 	// turns is the turn state of the Client's locks, by kind (see Turns).
 	turns [turnTables]*Turns
 
 	// Obs is Cfg.Observer, nil-checked on every event; Stats counts them.
 	Obs   Observer
 	Stats Counters
-}
-
-// OnClose registers fn to run when Close starts, once new calls are refused
-// and before holds end (after Close has started, fn runs at once).
-func (c *Client) OnClose(fn func()) {
-	c.mu.Lock()
-	if !c.IsClosed() {
-		c.onClose = append(c.onClose, fn)
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	fn()
 }
 
 // CloseGrace is how long Close lets background clean-ups (see Go) run before
@@ -142,12 +128,7 @@ func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		close(c.closed)
-		hooks := c.onClose
-		c.onClose = nil
 		c.mu.Unlock()
-		for _, fn := range hooks {
-			fn()
-		}
 		// Kept locks and reserved places go back at once; none is made
 		// from now on (see Turns.Park).
 		for _, t := range c.turns {
