@@ -59,7 +59,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 	startAcquisition(&a.Acquisition, m.c, a, core.Spec{Channel: m.keys.grants, Weight: 1, RecheckCap: recheckCap(m.c),
 		MaxClaim: MaxClaimWindow, Busy: ErrLocked, Pkg: "rlock", Op: "lock", Name: m.name}, lc, wait)
 	if a.Renew && !m.fair {
-		a.Turns = a // only watchdog holds of a Mutex that is not fair pass the lock on
+		a.Local = a // only watchdog holds of a Mutex that is not fair pass the lock on
 	}
 	return a.Run(ctx)
 }
@@ -124,19 +124,19 @@ func (a *acquisition) Fail(err error) error { return a.m.heldHere(err) }
 
 // Kept takes the lock kept for this Client after its last Unlock.
 func (a *acquisition) Kept(*core.Acquisition) bool {
-	a.pass = a.m.t.unpark(a.m)
+	a.pass = a.m.t.Unpark(a.m.turn())
 	return a.pass != nil
 }
 
 // Active tells that goroutines of this Client hold or wait for the lock:
 // then an attempt could only fail.
-func (a *acquisition) Active() bool { return a.m.t.active(a.m.name) }
+func (a *acquisition) Active() bool { return a.m.t.Active(a.m.name) }
 
-// Local waits in the cohort (see cohort.go) until passed the lock, given a
+// WaitLocal waits in the cohort (see cohort.go) until passed the lock, given a
 // place, or made the leader.
-func (a *acquisition) Local(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
+func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
 	m := a.m
-	lw, lead := m.t.join(m.name)
+	lw, lead := m.t.Join(m.name)
 	a.lw = lw
 	if lead {
 		return core.LocalLeader, nil
@@ -145,17 +145,17 @@ func (a *acquisition) Local(context.Context, *core.Acquisition) (core.LocalOutco
 	m.c.BeginWait(&a.Call)
 	a.StartWait()
 	select {
-	case <-lw.ready:
+	case <-lw.Ready():
 	case <-a.WaitCtx().Done():
 		return core.LocalOver, core.CtxError(a.WaitCtx())
 	}
 	if a.takePass(nil) {
 		return core.LocalPassed, nil
 	}
-	if p := m.t.takePromotion(lw); p != nil {
+	if p := m.t.TakePromotion(lw); p != nil {
 		// The release that ended our Client's turn queued us in Redis,
 		// under an owner id of its own.
-		a.Promote(p.owner, p.secret, p.queuedAt, p.fence, p.check, p.retryIn, p.w)
+		a.Promote(p.Owner, p.Secret, p.QueuedAt, p.Fence, p.Check, p.RetryIn, p.W)
 		return core.LocalQueued, nil
 	}
 	return core.LocalLeader, nil // queue in Redis
@@ -168,10 +168,10 @@ func (a *acquisition) TakePass(_ *core.Acquisition, w *pubsub.Waiter) bool {
 }
 
 func (a *acquisition) takePass(w *pubsub.Waiter) bool {
-	if a.pass = a.m.t.take(a.lw, w); a.pass == nil {
+	if a.pass = a.m.t.Take(a.lw, w); a.pass == nil {
 		return false
 	}
-	a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(a.pass.at)
+	a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(a.pass.At)
 	return true
 }
 
@@ -195,13 +195,13 @@ func (a *acquisition) Listen(_ *core.Acquisition, w *pubsub.Waiter) {
 func (a *acquisition) Leave(*core.Acquisition) {
 	m := a.m
 	if a.lw != nil {
-		p, promo := m.t.leave(m.name, a.lw)
+		p, promo := m.t.Leave(m.name, a.lw)
 		if p != nil {
 			m.handOn(p)
 		}
 		if promo != nil {
-			promo.w.Leave(true)
-			abandon(m.c, m.keys, promo.owner, promo.secret, m.c.Cfg.WatchdogTimeout, false)
+			promo.W.Leave(true)
+			abandon(m.c, m.keys, promo.Owner, promo.Secret, m.c.Cfg.WatchdogTimeout, false)
 		}
 	}
 	if a.watch != nil {
@@ -235,12 +235,12 @@ func (a *acquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Co
 	} else {
 		h.Start(a.Ticket)
 	}
-	if a.Turns != nil && a.Reply.Last > a.Reply.Token && a.watch != nil {
+	if a.Local != nil && a.Reply.Last > a.Reply.Token && a.watch != nil {
 		// Tokens to spare, and a listener for ForceUnlock: local waiters
 		// may be passed the lock.
-		m.t.form(m.name, h, a.Reply.Last, a.lw, a.watch, a.Reply.Left > 0)
+		m.t.Form(m.name, h, a.Reply.Last, a.lw, a.watch, a.Reply.Left > 0)
 		a.watch = nil
-		h.OnEnd(func() { m.t.dissolve(m.name, h) })
+		h.OnEnd(func() { m.t.Dissolve(m.name, h) })
 	}
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
@@ -254,20 +254,20 @@ func (a *acquisition) holdPassed(ctx context.Context) (context.Context, error) {
 		return nil, m.wrap("lock", err)
 	}
 	lockCtx, cancel := core.LockContext(ctx)
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, cancel)
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, cancel)
 	h.Ctx = lockCtx
 	h.SetCount(1)
-	h.LateAttempts = p.late
+	h.LateAttempts = p.Late
 	m.giveBackOnLapse(h)
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		m.t.abortTransit(m.name)
+		m.t.AbortTransit(m.turn(), p)
 		return nil, ErrClosed
 	}
-	h.StartFrom(p.until, p.epoch)
-	h.AwaitExtension(p.claim)
-	m.t.adopt(m.name, h)
-	h.OnEnd(func() { m.t.dissolve(m.name, h) })
+	h.StartFrom(p.Until, p.Epoch)
+	h.AwaitExtension(p.Claim)
+	m.t.Adopt(m.name, h)
+	h.OnEnd(func() { m.t.Dissolve(m.name, h) })
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }
 
@@ -324,7 +324,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	if lc.leaseSet {
 		// A fixed lease from now on: no more renewals, and no more local
 		// passes, which only a renewed hold can honour.
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		h.SetLease(lc.lease, false)
 	}
 	newLease := lease

@@ -147,6 +147,15 @@ func BenchmarkMutexHot(b *testing.B) {
 	benchAcquisitions(b, srv, clients*perClient, func(i int) *rlock.Mutex { return cs[i%clients].Mutex("hot") })
 }
 
+// BenchmarkMutexTurnWorkers is one goroutine on each of two Clients locking
+// in a loop: a turn is the lock kept for the worker's next Lock (the linger)
+// and the place its release reserves.
+func BenchmarkMutexTurnWorkers(b *testing.B) {
+	const clients = 2
+	cs, srv := benchClients(b, clients)
+	benchAcquisitions(b, srv, clients, func(i int) *rlock.Mutex { return cs[i%clients].Mutex("workers") })
+}
+
 // benchAcquisitions runs b.N acquisitions with an empty critical section,
 // spread over goroutines, goroutine i on mutexFor(i), and reports the Redis
 // commands per acquisition.

@@ -15,8 +15,8 @@ import (
 // goroutines, and Close it on shutdown. Package semaphore builds on it too.
 type Client struct {
 	c    *core.Client
-	t    *cohorts
-	fifo bool // see WithFIFO
+	t    *core.Turns // the Client's turns (see turns.go)
+	fifo bool        // see WithFIFO
 }
 
 func init() {
@@ -61,7 +61,7 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	return &Client{c: c, t: newCohorts(cfg.linger), fifo: cfg.fifo}, nil
+	return &Client{c: c, t: c.Turns(core.MutexTurns), fifo: cfg.fifo}, nil
 }
 
 // ID is the Client's owner identity, a random UUID. Hash fields of its holds
@@ -142,7 +142,6 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 // commands fail, and what they would have removed stays in Redis until it
 // expires as above: the holds block other processes until their leases run out.
 func (c *Client) Close() error {
-	c.t.flush()
-	c.c.Close()
+	c.c.Close() // it gives back what turns keep (see core.Turns)
 	return nil
 }

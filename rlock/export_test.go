@@ -3,6 +3,8 @@ package rlock
 import (
 	"context"
 	"time"
+
+	"github.com/relockio/relock/internal/core"
 )
 
 // ReleaseWithRequestID releases one level of the hold carried by lockCtx as
@@ -33,34 +35,17 @@ func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id st
 }
 
 // WaitingInClient returns how many Lock calls of c wait for the lock name as
-// its cohort (see cohort.go): the leader queued in Redis and those waiting
+// its cohort (see core.Turns): the leader queued in Redis and those waiting
 // in c behind it.
-func WaitingInClient(c *Client, name string) int {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	if co := c.t.m[name]; co != nil {
-		return len(co.waiters)
-	}
-	return 0
-}
+func WaitingInClient(c *Client, name string) int { return c.t.Waiting(name) }
 
 // WatchSignalled reports whether the listener of c's cohort for the lock name
-// (see cohort.watch) has heard a message addressed to its owner field.
-func WatchSignalled(c *Client, name string) bool {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	co := c.t.m[name]
-	return co != nil && co.watch != nil && len(co.watch.C()) > 0
-}
+// (see core.TurnWatch) has heard a message addressed to its owner field.
+func WatchSignalled(c *Client, name string) bool { return c.t.Heard(name) }
 
 // CohortHeld reports whether a hold of c owns the lock name as a cohort that
 // may pass it on locally.
-func CohortHeld(c *Client, name string) bool {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	co := c.t.m[name]
-	return co != nil && co.held && co.watch != nil
-}
+func CohortHeld(c *Client, name string) bool { return c.t.Held(name) }
 
 // AcquireScript runs acquire.lua once for a first acquisition by owner,
 // without queueing, and returns its decoded reply (status, token, count).
@@ -70,17 +55,12 @@ func AcquireScript(ctx context.Context, m *Mutex, owner string, lease time.Durat
 }
 
 // Parked reports whether c keeps the lock name for its next Lock after the
-// last Unlock (see cohorts.park).
-func Parked(c *Client, name string) bool {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	co := c.t.m[name]
-	return co != nil && co.parked != nil
-}
+// last Unlock (see core.Turns.Park).
+func Parked(c *Client, name string) bool { return c.t.Parked(name) }
 
 // TurnBudget is the most holds one Client gets per turn: its acquisition in
-// Redis and the passes after it (see cohort.canPass).
-const TurnBudget = 1 + cohortMaxPasses
+// Redis and the passes after it (see core.TurnMaxPasses).
+const TurnBudget = 1 + core.TurnMaxPasses
 
 // QuorumLiveMasters returns on how many masters the quorum hold carried by
 // lockCtx is still held, as its Client knows (-1 when it carries none).

@@ -30,7 +30,7 @@ import (
 // (Token) where it matters.
 type Mutex struct {
 	c    *core.Client
-	t    *cohorts
+	t    *core.Turns
 	name string
 	fair bool  // strict FIFO (see Client.FairMutex): no cohort, no turns
 	err  error // invalid name, reported by every method

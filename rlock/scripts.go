@@ -137,7 +137,7 @@ type acquireArgs struct {
 
 // acquireScript runs acquire.lua. A contended acquisition (enqueue) reserves a
 // block of fencing tokens, which the holder may pass on to goroutines of its
-// Client (see cohort.go); an uncontended one takes a single token.
+// Client (see turns.go); an uncontended one takes a single token.
 func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (acquireReply, error) {
 	block := "1"
 	if a.enqueue {
@@ -201,7 +201,7 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 // successorPlace is the place a final release queues behind the waiters it
 // serves, for the releasing Client's next Lock (see release.lua): owner id
 // and secret of a waiting goroutine, or, reserved, of a Lock expected soon
-// (see cohorts.reserve). The zero value names none.
+// (see core.Turns.Reserve). The zero value names none.
 type successorPlace struct {
 	owner, secret string
 	reserved      bool

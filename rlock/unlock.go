@@ -69,8 +69,8 @@ func (m *Mutex) observedUnlock(lockCtx context.Context) error {
 
 // unlockInRedis is Unlock by a script in Redis that ends before it returns:
 // the final level neither keeps the lock for this Client's next Lock (a
-// linger, see cohorts.park) nor passes it to a waiting goroutine of the
-// Client without Redis (see cohorts.passOn); the script gives it to the head
+// linger, see core.Turns.Park) nor passes it to a waiting goroutine of the
+// Client without Redis (see core.Turns.PassOn); the script gives it to the head
 // of the Redis queue, or frees it. A failed MultiLock releases its members so
 // that it holds nothing when it returns.
 func (m *Mutex) unlockInRedis(lockCtx context.Context) error {
@@ -87,14 +87,14 @@ type releaseMode uint8
 
 const (
 	// releaseTurn passes the lock to a waiting goroutine of the Client, or
-	// keeps it for the Client's next Lock for a moment (see cohorts.park).
+	// keeps it for the Client's next Lock for a moment (see core.Turns.Park).
 	releaseTurn releaseMode = iota
 	// releasePass passes the lock to a waiting goroutine, never keeps it.
 	releasePass
 	// releaseInRedis does neither: the release runs in Redis. A waiting
 	// goroutine of the Client is queued there as its next leader (or, when
 	// no one else waits, the script keeps the lock for it), but no place is
-	// reserved for a Lock the Client has not made (see cohorts.reserve).
+	// reserved for a Lock the Client has not made (see core.Turns.Reserve).
 	releaseInRedis
 )
 
@@ -119,11 +119,11 @@ type mutexRelease struct {
 }
 
 // Pass passes the lock to a waiting goroutine of the Client, or keeps it
-// for the Client's next Lock (see cohorts.park), as the mode allows.
+// for the Client's next Lock (see core.Turns.Park), as the mode allows.
 func (r *mutexRelease) Pass(*core.Release) bool {
 	m, h := r.m, r.Hold
 	r.local = !m.fair
-	return r.local && r.mode != releaseInRedis && (m.t.passOn(m.name, h) || r.mode == releaseTurn && m.t.park(m, h))
+	return r.local && r.mode != releaseInRedis && (m.t.PassOn(m.name, h) || r.mode == releaseTurn && m.t.Park(m.turn(), h))
 }
 
 // Round runs release.lua. At most two rounds: one that may keep the lock
@@ -136,8 +136,8 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	var sw *pubsub.Waiter
 	var place successorPlace
 	if mayKeep {
-		if next = m.t.successor(m.name, h); next == nil && r.mode != releaseInRedis {
-			next = m.t.reserve(m, h)
+		if next = m.t.Successor(m.name, h); next == nil && r.mode != releaseInRedis {
+			next = m.t.Reserve(m.turn(), h)
 		}
 		sw, place = m.successorWait(h, next)
 	}
@@ -152,23 +152,23 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	}
 	switch {
 	case err != nil:
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		return core.ReleaseReply{}, err
 	case rr.kept && mayKeep:
 		// No one else waits in Redis: the lock stayed ours for the next
 		// local waiter. Pass it on; if that fails (it left, say), let the
 		// lock go in a second round.
 		h.Extend(t, r.Lease)
-		if m.t.keep(m.name, h, next, rr.first, rr.last) && m.t.passOn(m.name, h) {
+		if m.t.Keep(m.name, h, next, rr.first, rr.last) && m.t.PassOn(m.name, h) {
 			return core.ReleaseReply{Left: 0}, nil
 		}
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		r.req = newRequest(m.c)
 		return core.ReleaseReply{Again: true}, nil
 	case rr.kept:
 		return core.ReleaseReply{Err: fmt.Errorf("unexpected reply: lock kept without a successor")}, nil
 	case rr.left == 0 && r.local:
-		m.t.noteReleased(m.name)
+		m.t.NoteReleased(m.name)
 	}
 	return core.ReleaseReply{Left: rr.left}, nil
 }
@@ -194,10 +194,10 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
 			owner, secret := m.c.NewID(), newSecret()
 			pubsubx.SetTagKeeping(w, owner, keepHandOff(secret))
-			return w, successorPlace{owner: owner, secret: secret, reserved: next.reservedBy != nil}
+			return w, successorPlace{owner: owner, secret: secret, reserved: next.Reserved()}
 		}
 	}
-	m.t.dissolve(m.name, h)
+	m.t.Dissolve(m.name, h)
 	return nil, successorPlace{}
 }
 
@@ -213,21 +213,21 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 	case err == nil && r.kept:
 		w.Leave(true)
 	case err == nil && r.unqueued:
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		w.Leave(true)
 	case err == nil && r.left == 0:
 		retry := m.c.RetryAfter(r.granted)
 		if r.granted == 0 {
 			retry = 0
 		}
-		p := &promotion{w: w, owner: place.owner, secret: place.secret, queuedAt: sent, fence: r.fence, check: r.granted == 0,
-			retryIn: min(retry, recheckCap(m.c))}
-		if !m.t.promote(m, h, next, p) {
+		p := &promotion{W: w, Owner: place.owner, Secret: place.secret, QueuedAt: sent, Fence: r.fence, Check: r.granted == 0,
+			RetryIn: min(retry, recheckCap(m.c))}
+		if !m.t.Promote(m.name, h, next, p) {
 			w.Leave(true)
 			abandon(m.c, m.keys, place.owner, place.secret, wd, false)
 		}
 	default:
-		m.t.dissolve(m.name, h)
+		m.t.Dissolve(m.name, h)
 		w.Leave(true)
 		if err != nil { // the script may have queued it
 			abandon(m.c, m.keys, place.owner, place.secret, wd, true)
@@ -240,17 +240,17 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter
 // that fails gives the hold up (see release), so nothing is left behind
 // that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.owner, p.token, p.lease, true, func(error) {})
+	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, func(error) {})
 	h.SetCount(1)
-	h.LateAttempts = p.late
+	h.LateAttempts = p.Late
 	m.giveBackOnLapse(h)
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
-		m.t.abortTransit(m.name) // closing: the lock expires in Redis
+		m.t.AbortTransit(m.turn(), p) // closing: give it back in Redis
 		return
 	}
-	h.StartFrom(p.until, p.epoch)
-	h.AwaitExtension(p.claim)
-	m.t.adopt(m.name, h)
+	h.StartFrom(p.Until, p.Epoch)
+	h.AwaitExtension(p.Claim)
+	m.t.Adopt(m.name, h)
 	_ = m.release(context.Background(), h, newRequest(m.c), releasePass)
 }

@@ -109,7 +109,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 	defer s.c.Exit()
 	defer a.Call.CopyTo(call) // a pointer kept in a would cost an allocation
 	if a.Wait && s.turns != nil && n == 1 && a.Renew {
-		a.Turns = a
+		a.Local = a
 	}
 	return a.Run(ctx)
 }
@@ -155,8 +155,8 @@ type acquisition struct {
 	s    *Semaphore
 	want string // permits asked for, as sem_acquire.lua reads them
 	n    int64  // permits asked for; 0 for Drain's "all"
-	lw   *localWaiter
-	pass *lease // passed on by a hold of this Client (see turns.go)
+	lw   *core.TurnWaiter
+	pass *core.Pass // passed on by a hold of this Client (see turns.go)
 }
 
 // entry is the queue entry of id (see sem_lib.lua); "" for Drain, which never
@@ -260,26 +260,26 @@ func (a *acquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Co
 		h.Start(a.Ticket)
 	}
 	if a.lw != nil {
-		s.turns.form(s.name, h, a.lw, a.Contended)
-		h.OnEnd(func() { s.turns.dissolve(s.name, h) })
+		s.turns.Form(s.name, h, core.NoTokens, a.lw, nil, a.Contended)
+		h.OnEnd(func() { s.turns.Dissolve(s.name, h) })
 	}
 	return s.withPermit(permitCtx, h, a.Reply.Got), nil
 }
 
 // Kept takes the lease this Client kept at its last Release.
 func (a *acquisition) Kept(*core.Acquisition) bool {
-	a.pass = a.s.turns.unpark(a.s)
+	a.pass = a.s.turns.Unpark(a.s.turn())
 	return a.pass != nil
 }
 
 // Active is true: every call with turns joins its Client's waiters first.
 func (a *acquisition) Active() bool { return true }
 
-// Local waits among the Client's waiters until it is passed a lease or made
+// WaitLocal waits among the Client's waiters until it is passed a lease or made
 // the leader.
-func (a *acquisition) Local(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
+func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
 	s := a.s
-	lw, lead := s.turns.join(s.name)
+	lw, lead := s.turns.Join(s.name)
 	a.lw = lw
 	if lead {
 		return core.LocalLeader, nil
@@ -288,13 +288,13 @@ func (a *acquisition) Local(context.Context, *core.Acquisition) (core.LocalOutco
 	s.c.BeginWait(&a.Call)
 	a.StartWait()
 	select {
-	case <-lw.ready:
+	case <-lw.Ready():
 	case <-a.WaitCtx().Done():
 		return core.LocalOver, core.CtxError(a.WaitCtx())
 	}
-	if p := s.turns.take(lw); p != nil {
+	if p := s.turns.Take(lw, nil); p != nil {
 		a.pass = p
-		a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(p.at)
+		a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(p.At)
 		return core.LocalPassed, nil
 	}
 	if s.c.IsClosed() {
@@ -313,7 +313,7 @@ func (a *acquisition) Listen(*core.Acquisition, *pubsub.Waiter) {}
 // it as it left goes on.
 func (a *acquisition) Leave(*core.Acquisition) {
 	if a.lw != nil {
-		if p := a.s.turns.leave(a.s.name, a.lw); p != nil {
+		if p, _ := a.s.turns.Leave(a.s.name, a.lw); p != nil {
 			a.s.handOn(p)
 		}
 	}
@@ -407,12 +407,12 @@ func (r *semRelease) Pass(*core.Release) bool {
 	if s.turns == nil || r.n != 1 {
 		return false
 	}
-	if s.turns.passOn(s.name, h) || r.mayPark && s.turns.park(s, h) {
+	if s.turns.PassOn(s.name, h) || r.mayPark && s.turns.Park(s.turn(), h) {
 		return true
 	}
 	// The turn ends: the oldest waiter queues in Redis, behind the other
 	// Clients' waiters that this release serves first.
-	s.turns.dissolve(s.name, h)
+	s.turns.Dissolve(s.name, h)
 	return false
 }
 
@@ -426,6 +426,9 @@ func (r *semRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) 
 	})
 	if released < 0 {
 		return core.ReleaseReply{Left: -1}, err
+	}
+	if err == nil && r.s.turns != nil && r.n == 1 {
+		r.s.turns.NoteReleased(r.s.name) // see core.Turns' relock statistics
 	}
 	return core.ReleaseReply{}, err
 }

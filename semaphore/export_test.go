@@ -51,29 +51,18 @@ func LocalWaiters(s *Semaphore) int {
 	if s.turns == nil {
 		return 0
 	}
-	s.turns.mu.Lock()
-	defer s.turns.mu.Unlock()
-	if co := s.turns.m[s.name]; co != nil {
-		return len(co.waiters)
-	}
-	return 0
+	return s.turns.Waiting(s.name)
 }
 
 // SetLinger sets the linger of c's turns (core.Config.Linger, which
 // rlock.WithLinger is to fill); call it before c's semaphores are used.
 func SetLinger(c *rlock.Client, d time.Duration) {
 	cc, _ := core.Of(c)
-	turnsOf(cc).linger = d
+	cc.Turns(core.PermitTurns).SetLinger(d)
 }
 
 // Parked reports whether s's Client keeps its permit for its next Acquire
-// after the last release (see turns.park).
+// after the last release (see core.Turns.Park).
 func Parked(s *Semaphore) bool {
-	if s.turns == nil {
-		return false
-	}
-	s.turns.mu.Lock()
-	defer s.turns.mu.Unlock()
-	co := s.turns.m[s.name]
-	return co != nil && co.parked != nil
+	return s.turns != nil && s.turns.Parked(s.name)
 }

@@ -23,8 +23,8 @@ type Semaphore struct {
 	limit string // the limit of WithLimit, established when missing; "" for none
 	exact bool   // a Lock's: the limit must be the configured one
 	keys  keys
-	grant string // this Client's grant channel (see core.GrantChannel)
-	turns *turns // the Client's turns, for a limit configured as 1 (see turns.go)
+	grant string      // this Client's grant channel (see core.GrantChannel)
+	turns *core.Turns // the Client's turns, for a limit configured as 1 (see turns.go)
 }
 
 // Option configures a Semaphore.
@@ -75,7 +75,7 @@ func New(c *rlock.Client, name string, opts ...Option) *Semaphore {
 		}
 		s.limit = strconv.FormatInt(cfg.limit, 10)
 		if cfg.limit == 1 && s.err == nil {
-			s.turns = turnsOf(cc)
+			s.turns = cc.Turns(core.PermitTurns)
 		}
 	}
 	return s

@@ -19,14 +19,14 @@ import (
 //	          release -> held, no script; else -> attempt
 //	attempt   one acquire script that takes the lock if it is free, without
 //	          queueing. Skipped, to local, when this Client's calls are known
-//	          to hold or wait for the lock (Turns.Active, or the grant
+//	          to hold or wait for the lock (LocalTurns.Active, or the grant
 //	          channel's subscription is live): the queued state's first
 //	          script then acquires or queues, with no grant to miss.
 //	            acquired -> held
 //	            taken -> failed (a Try call), local (a blocking one)
 //	            Redis unreachable -> failed, or local (a blocking call)
 //	local     (kinds with turns; once) waits among this Client's calls for
-//	          the same lock (see Turns.Local)
+//	          the same lock (see LocalTurns.WaitLocal)
 //	            passed the lock -> held
 //	            given a place a release queued for it -> queued (presumed)
 //	            made the leader -> attempt, if no attempt was made and the
@@ -37,14 +37,14 @@ import (
 //	          owner id, re-checking on every wake-up, when the holder's lease
 //	          ends, and at least every Spec.RecheckCap to keep its place
 //	            a script says acquired, a grant message proven for the place
-//	            (Protocol.Parse), or a pass (Turns.TakePass) -> held
+//	            (Protocol.Parse), or a pass (LocalTurns.TakePass) -> held
 //	            wait over (ctx, wait timeout, Close) -> failed
 //	held      Protocol.Hold registers the hold and makes the lock context
 //	failed    the owner id is given up where an attempt may have left it in
 //	          Redis; the error says why (see failure)
 //
 // A kind supplies its scripts and its grant check (Protocol), and, if it has
-// turns, its local waits (Turns); the states are the same for every kind.
+// turns, its local waits (LocalTurns, over core.Turns); the states are the same for every kind.
 type state uint8
 
 const (
@@ -112,16 +112,16 @@ type Protocol interface {
 	Fail(err error) error
 }
 
-// Turns is what a kind with turns supplies: the waits of its Client's calls
+// LocalTurns is what a kind with turns supplies: the waits of its Client's calls
 // for the same lock among themselves (see rlock's cohorts and the
 // semaphore's turns).
-type Turns interface {
+type LocalTurns interface {
 	// Kept takes the lock this Client kept after its last release.
 	Kept(a *Acquisition) bool
 	// Active tells that this Client's calls hold or wait for the lock.
 	Active() bool
-	// Local waits among the Client's calls; see LocalOutcome.
-	Local(ctx context.Context, a *Acquisition) (LocalOutcome, error)
+	// WaitLocal waits among the Client's calls; see LocalOutcome.
+	WaitLocal(ctx context.Context, a *Acquisition) (LocalOutcome, error)
 	// TakePass takes a pass from this Client's holder that came while the
 	// call waited in Redis.
 	TakePass(a *Acquisition, w *pubsub.Waiter) bool
@@ -158,7 +158,7 @@ type Spec struct {
 type Acquisition struct {
 	C     *Client
 	Proto Protocol
-	Turns Turns // nil: the call takes no part in turns
+	Local LocalTurns // nil: the call takes no part in turns
 	Spec  Spec
 
 	Wait        bool // block until acquired (Lock) or one attempt (TryLock)
@@ -174,7 +174,7 @@ type Acquisition struct {
 	Ticket  Ticket // dates the command that granted the lease
 	Reply   Reply
 	Claimed bool // granted for the claim window only: the hold awaits its extension
-	Passed  bool // passed the lock by this Client (see Turns)
+	Passed  bool // passed the lock by this Client (see LocalTurns)
 	// Uncertain: an attempt's reply was lost; it may still run late, so the
 	// owner id is given up under a tombstone.
 	Uncertain bool
@@ -219,7 +219,7 @@ func (a *Acquisition) Run(ctx context.Context) (context.Context, error) {
 	a.ctx, a.waitCtx = ctx, ctx
 	defer a.end()
 	s := stateAttempt
-	if a.Turns != nil {
+	if a.Local != nil {
 		s = stateKept
 	}
 	for {
@@ -242,7 +242,7 @@ func (a *Acquisition) Run(ctx context.Context) (context.Context, error) {
 }
 
 func (a *Acquisition) kept() state {
-	if a.Turns.Kept(a) {
+	if a.Local.Kept(a) {
 		a.Call.Via, a.Passed = ViaKept, true
 		return stateHeld
 	}
@@ -252,7 +252,7 @@ func (a *Acquisition) kept() state {
 // attempt is the first attempt, unless the lock is known to be contended.
 func (a *Acquisition) attempt() state {
 	if a.Wait {
-		if a.Turns != nil && !a.joined && a.Turns.Active() {
+		if a.Local != nil && !a.joined && a.Local.Active() {
 			return stateLocal
 		}
 		if a.w == nil {
@@ -282,11 +282,11 @@ func (a *Acquisition) attempt() state {
 
 // local waits among this Client's calls for the lock, once.
 func (a *Acquisition) local() state {
-	if a.Turns == nil || a.joined {
+	if a.Local == nil || a.joined {
 		return stateQueued
 	}
 	a.joined = true
-	out, err := a.Turns.Local(a.ctx, a)
+	out, err := a.Local.WaitLocal(a.ctx, a)
 	switch out {
 	case LocalPassed:
 		a.Passed = true
@@ -352,8 +352,8 @@ func (a *Acquisition) GiveUpOwner() {
 // end is what the call leaves when it returns.
 func (a *Acquisition) end() {
 	a.C.EndWait(&a.Call)
-	if a.Turns != nil {
-		a.Turns.Leave(a)
+	if a.Local != nil {
+		a.Local.Leave(a)
 	}
 	if a.w != nil {
 		a.w.Leave(true)
@@ -375,7 +375,7 @@ func (a *Acquisition) StartWait() {
 func (a *Acquisition) WaitCtx() context.Context { return a.waitCtx }
 
 // Promote makes the call the owner of a place in the Redis queue that a
-// release of its Client queued for it (see Turns): with check false, its
+// release of its Client queued for it (see LocalTurns): with check false, its
 // first attempt only waits, for retryIn at most.
 func (a *Acquisition) Promote(owner, secret string, at Ticket, place uint64, check bool, retryIn time.Duration, w *pubsub.Waiter) {
 	a.GiveUpOwner()

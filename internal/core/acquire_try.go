@@ -37,8 +37,8 @@ func (a *Acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 			return a.unacked(ctx, w, r.Acked)
 		}
 		a.Reply, a.Ticket = r, t
-		if w != nil && a.Turns != nil {
-			a.Turns.Listen(a, w)
+		if w != nil && a.Local != nil {
+			a.Local.Listen(a, w)
 		}
 		return true, 0, nil
 	case Taken:
@@ -64,7 +64,7 @@ func (a *Acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // (Promote), or a notice that the waiter ahead was just granted the lock.
 // done reports that the attempt ends here, with ok and retry.
 func (a *Acquisition) woken(w *pubsub.Waiter) (done, ok bool, retry time.Duration) {
-	if a.Turns != nil && a.Turns.TakePass(a, w) {
+	if a.Local != nil && a.Local.TakePass(a, w) {
 		a.Passed = true
 		return true, true, 0
 	}
@@ -80,8 +80,8 @@ func (a *Acquisition) woken(w *pubsub.Waiter) (done, ok bool, retry time.Duratio
 	pubsubx.SetTagKeeping(w, tag, a.keep)
 	data := pubsubx.TakeData(w)
 	if a.handedOff(data) {
-		if a.Turns != nil {
-			a.Turns.Listen(a, w)
+		if a.Local != nil {
+			a.Local.Listen(a, w)
 		}
 		return true, true, 0
 	}

@@ -71,48 +71,12 @@ type Client struct {
 	lastRound atomic.Pointer[RenewRound] // see LastRenewRound
 	slots     slotMap                    // a cluster's slots by node, for the watchdog
 
-	locals  map[any]any // see Local
-	onClose []func()    // see OnClose
+	// turns is the turn state of the Client's locks, by kind (see Turns).
+	turns [turnTables]*Turns
 
 	// Obs is Cfg.Observer, nil-checked on every event; Stats counts them.
 	Obs   Observer
 	Stats Counters
-}
-
-// Local returns the Client's value for key, made by mk on first use: state a
-// primitive built on the Client keeps per Client. mk may run more than once
-// when calls race; one value wins.
-func (c *Client) Local(key any, mk func() any) any {
-	c.mu.Lock()
-	v, ok := c.locals[key]
-	c.mu.Unlock()
-	if ok {
-		return v
-	}
-	made := mk() // without c.mu: mk may call OnClose
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.locals[key]; ok {
-		return v
-	}
-	if c.locals == nil {
-		c.locals = make(map[any]any)
-	}
-	c.locals[key] = made
-	return made
-}
-
-// OnClose registers fn to run when Close starts, once new calls are refused
-// and before holds end (after Close has started, fn runs at once).
-func (c *Client) OnClose(fn func()) {
-	c.mu.Lock()
-	if !c.IsClosed() {
-		c.onClose = append(c.onClose, fn)
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	fn()
 }
 
 // CloseGrace is how long Close lets background clean-ups (see Go) run before
@@ -127,7 +91,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		return nil, err
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		RC:        bounded{rc},
 		ID:        uuid.NewString(),
 		Cfg:       cfg,
@@ -138,7 +102,11 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		bgCtx:     bgCtx,
 		bgCancel:  bgCancel,
 		Obs:       cfg.Observer,
-	}, nil
+	}
+	for i := range c.turns {
+		c.turns[i] = newTurns(c, cfg.Linger)
+	}
+	return c, nil
 }
 
 // Close stops the watchdog and the multiplexer, ends every hold with a cause
@@ -160,11 +128,11 @@ func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		close(c.closed)
-		hooks := c.onClose
-		c.onClose = nil
 		c.mu.Unlock()
-		for _, fn := range hooks {
-			fn()
+		// Kept locks and reserved places go back at once; none is made
+		// from now on (see Turns.Park).
+		for _, t := range c.turns {
+			t.flush()
 		}
 		c.mu.Lock()
 		holds := make([]*Hold, 0, len(c.holds))
