@@ -9,8 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // A Lock call moves through these states (re-entry is separate: see reenter):
@@ -131,9 +130,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 	// this Client's last wait: a worker locking in a loop) skips it too: one
 	// script then acquires or queues, with no hand-off message to miss.
 	firstAttempt := !(a.cohort && m.t.active(m.name)) && (!wait || m.c.Mux.Waiting(m.keys.grants) == 0)
-	var early *pubsub.Waiter
+	var early *mux.Waiter
 	if firstAttempt && wait {
-		if early = pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); early != nil {
+		if early = m.c.Mux.SubscribeIfLive(m.keys.grants, 1); early != nil {
 			firstAttempt = false
 		}
 	}
@@ -235,9 +234,9 @@ type acquisition struct {
 	call   core.Call // what Stats and the Observer learn of the call
 	wokeAt time.Time // the start of the last attempt made while waiting
 
-	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
-	pass  *cohortPass    // the lock passed on by a hold of this Client
-	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+	lw    *localWaiter // the wait for a local pass (see cohort.go), if any
+	pass  *cohortPass  // the lock passed on by a hold of this Client
+	watch *mux.Waiter  // hears messages to this owner once it holds (see cohort.watch)
 	// watchDrop: release the hold if its lock context is dropped without
 	// Unlock (see Mutex.withHold); off for a MultiLock's members.
 	watchDrop bool
@@ -247,7 +246,7 @@ type acquisition struct {
 // taken, and tags w with the owner id, so that a release can hand it the lock
 // by name; a hand-off that came in since the last attempt is taken without
 // asking Redis.
-func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *acquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	c := a.m.c
 	if a.lw != nil {
 		if a.pass = a.m.t.take(a.lw, w); a.pass != nil {
@@ -257,8 +256,8 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 	if w != nil {
 		a.wokeAt = time.Now()
 		// A new owner id discards hand-offs to the old one.
-		pubsubx.SetTagKeeping(w, a.owner, a.keepData())
-		data := pubsubx.TakeData(w)
+		w.SetTagKeeping(a.owner, a.keepData())
+		data := w.TakeData()
 		if a.handedOff(data) {
 			a.listen(w)
 			return true, 0, nil
@@ -334,7 +333,7 @@ func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 
 // waitTry is try for a wait: an attempt that finds the lock taken makes the
 // call a waiter (see core.Client.BeginWait).
-func (a *acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *acquisition) waitTry(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	ok, retry, err := a.try(ctx, w)
 	if !ok && err == nil {
 		a.m.c.BeginWait(&a.call)
@@ -405,13 +404,13 @@ func (a *acquisition) claim() time.Duration { return min(a.lease, a.m.c.Cfg.Clai
 // listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
 // (w's): ForceUnlock tells a holder so (see cohort.watch).
-func (a *acquisition) listen(w *pubsub.Waiter) {
+func (a *acquisition) listen(w *mux.Waiter) {
 	if !a.renew || a.m.fair || a.watch != nil {
 		return // only cohorting watchdog holds pass the lock on
 	}
-	if l := pubsubx.SubscribeIfLive(a.m.c.Mux, a.m.keys.grants, 1); l != nil {
-		pubsubx.IgnoreBudget(l)
-		pubsubx.SetTag(l, a.owner)
+	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
+		l.IgnoreBudget()
+		l.SetTag(a.owner)
 		a.watch = l
 	}
 }
@@ -647,7 +646,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 // leaves nothing held in Redis, and under a tombstone, as the owner id is not
 // used again. With WithReplicaAckRetry a waiting call tries again soon, under
 // a new owner id; otherwise the attempt fails with ErrNotReplicated.
-func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+func (a *acquisition) unacked(ctx context.Context, w *mux.Waiter, acked int64) (bool, time.Duration, error) {
 	m := a.m
 	c := m.c
 	err := notReplicated(ctx, c, acked)

@@ -71,7 +71,7 @@ func (c *Client) ID() string { return c.c.ID }
 // PubSubStats returns the counts of the Client's pub/sub multiplexer, shared
 // by its locks and semaphores: channels subscribed, Waiters, reconnections,
 // and messages received. Cheap enough for metrics scraping.
-func (c *Client) PubSubStats() pubsub.Stats { return c.c.Mux.Stats() }
+func (c *Client) PubSubStats() pubsub.Stats { return pubsub.Stats(c.c.Mux.Stats()) }
 
 // Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
 // a name bound to the Client, and any number may exist. An invalid name is

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // Lock cohorting: the goroutines of one Client that wait for a lock queue in
@@ -104,7 +104,7 @@ type cohort struct {
 	// watch hears messages addressed to the owner field while held (tagged
 	// with it, deaf to wake-up budgets): one from ForceUnlock, or a wake
 	// after a reconnect, means the hold may be gone.
-	watch *pubsub.Waiter
+	watch *mux.Waiter
 	// contended: waiters of other Clients were queued in Redis when this
 	// Client took the lock (see park).
 	contended bool
@@ -125,7 +125,7 @@ type cohort struct {
 type localWaiter struct {
 	ready  chan struct{} // closed when passed the lock or made the leader
 	closed bool
-	w      *pubsub.Waiter // its Redis-side wait, if it has one
+	w      *mux.Waiter // its Redis-side wait, if it has one
 	pass   *cohortPass
 	// successor marks a leader chosen by a releasing holder, which is
 	// queueing it in Redis (or keeping the lock for it); promo is what the
@@ -156,7 +156,7 @@ type cohortPass struct {
 // Waiter subscribed and tagged with it (so that the hand-off message cannot
 // be missed), and what the attempt-based wait needs to know (see acquisition).
 type promotion struct {
-	w        *pubsub.Waiter
+	w        *mux.Waiter
 	owner    string
 	secret   string
 	queuedAt core.Ticket
@@ -266,7 +266,7 @@ func (t *cohorts) leave(name string, lw *localWaiter) (*cohortPass, *promotion) 
 
 // take returns the lock passed to lw, if any, and records w, the Redis-side
 // wait of lw, so that a later pass wakes it.
-func (t *cohorts) take(lw *localWaiter, w *pubsub.Waiter) *cohortPass {
+func (t *cohorts) take(lw *localWaiter, w *mux.Waiter) *cohortPass {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := lw.pass
@@ -290,7 +290,7 @@ func (t *cohorts) takePromotion(lw *localWaiter) *promotion {
 // call of lw (nil if it had none), as the Client's holder of the lock, free to
 // pass it on while the budget lasts. The cohort takes watch (see cohort.watch).
 // contended says whether other waiters were queued in Redis then.
-func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, watch *pubsub.Waiter, contended bool) {
+func (t *cohorts) form(name string, h *core.Hold, last uint64, lw *localWaiter, watch *mux.Waiter, contended bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.get(name)

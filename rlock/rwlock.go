@@ -10,8 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // errWriteHoldGone is what a read lock under a write hold learns when the
@@ -144,7 +143,7 @@ type rwAcquisition struct {
 
 // waitTry is try for a wait: an attempt that finds the lock taken makes the
 // call a waiter (see core.Client.BeginWait).
-func (a *rwAcquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *rwAcquisition) waitTry(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	ok, retry, err := a.try(ctx, w)
 	if !ok && err == nil {
 		a.rw.c.BeginWait(&a.call)
@@ -156,16 +155,16 @@ func (a *rwAcquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, ti
 // lock is taken, and tags w (a writer with its owner id, a reader with
 // readTag) so that a grant reaches it; a grant that came in since the last
 // attempt is taken without asking Redis (see handedOff).
-func (a *rwAcquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *rwAcquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	c := a.rw.c
 	if w != nil {
 		a.wokeAt = time.Now()
 		if a.write {
-			pubsubx.SetTagKeeping(w, a.owner, a.keepData()) // a new owner id discards grants to the old one
+			w.SetTagKeeping(a.owner, a.keepData()) // a new owner id discards grants to the old one
 		} else {
-			pubsubx.SetTagKeeping(w, readTag, a.keepData())
+			w.SetTagKeeping(readTag, a.keepData())
 		}
-		data := pubsubx.TakeData(w)
+		data := w.TakeData()
 		if a.handedOff(data) {
 			return true, 0, nil
 		}

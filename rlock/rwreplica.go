@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // unacked gives back an RWMutex acquisition (a read or write hold, taken at
@@ -16,7 +16,7 @@ import (
 // With WithReplicaAckRetry a waiting call tries again soon under a new owner
 // field (queued again at the tail); otherwise the attempt fails with
 // ErrNotReplicated.
-func (a *rwAcquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+func (a *rwAcquisition) unacked(ctx context.Context, w *mux.Waiter, acked int64) (bool, time.Duration, error) {
 	rw := a.rw
 	c := rw.c
 	err := notReplicated(ctx, c, acked)

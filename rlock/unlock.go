@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // Unlock releases one level of the hold carried by lockCtx. The final level
@@ -124,7 +123,7 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 	// if that waiter cannot take it after all, one that lets it go.
 	for mayKeep := local; ; mayKeep = false {
 		var next *localWaiter
-		var sw *pubsub.Waiter
+		var sw *mux.Waiter
 		var place successorPlace
 		if mayKeep {
 			if next = m.t.successor(m.name, h); next == nil && mode != releaseInRedis {
@@ -186,11 +185,11 @@ func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mod
 // arrive unheard. Only a live subscription will do, so that Unlock never
 // waits for pub/sub (a reconnect, say). Without a successor or a live
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
-func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
+func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*mux.Waiter, successorPlace) {
 	if next != nil {
-		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
+		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
 			owner, secret := m.c.NewID(), newSecret()
-			pubsubx.SetTagKeeping(w, owner, keepHandOff(secret))
+			w.SetTagKeeping(owner, keepHandOff(secret))
 			return w, successorPlace{owner: owner, secret: secret, reserved: next.reservedBy != nil}
 		}
 	}
@@ -204,7 +203,7 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 // place nobody takes up is given up, and when the release failed or found the
 // hold lost, h's cohort ends and the oldest waiter queues by itself. A
 // reserved place the release did not queue (no one else waited) is dropped.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
+func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *mux.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
 	wd := m.c.Cfg.WatchdogTimeout
 	switch {
 	case err == nil && r.kept:

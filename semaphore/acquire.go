@@ -10,8 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -154,10 +153,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Acqu
 			}
 		}
 	}
-	var w *pubsub.Waiter
+	var w *mux.Waiter
 	if wait {
 		// Contended (our grant channel is live): one script queues at once.
-		w = pubsubx.SubscribeIfLive(s.c.Mux, s.grant, n)
+		w = s.c.Mux.SubscribeIfLive(s.grant, n)
 	}
 	if w == nil {
 		// The first attempt does not join the queue: a grant published to a
@@ -243,7 +242,7 @@ func (a *acquisition) failure(err error) error {
 // subscribe joins this Client's grant channel for the semaphore, returning
 // once Redis confirmed the subscription: a grant published afterwards reaches
 // the Waiter.
-func (s *Semaphore) subscribe(ctx context.Context, n int64) (*pubsub.Waiter, error) {
+func (s *Semaphore) subscribe(ctx context.Context, n int64) (*mux.Waiter, error) {
 	w, err := s.c.Mux.SubscribeWeighted(ctx, s.grant, n)
 	switch {
 	case err == nil:
@@ -343,12 +342,12 @@ func (a *acquisition) entry() string {
 // try makes one attempt; with w set it waits in the queue (and w is tagged
 // with the id, so that a release can hand it the permits by name). Permits
 // handed over since the last attempt are taken without asking Redis.
-func (a *acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *acquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	s := a.s
 	if w != nil {
 		a.wokeAt = time.Now()
-		pubsubx.SetTagKeeping(w, a.id, a.keepData()) // a new id discards grants to the old one
-		data := pubsubx.TakeData(w)
+		w.SetTagKeeping(a.id, a.keepData()) // a new id discards grants to the old one
+		data := w.TakeData()
 		if a.handedOff(data) {
 			return true, 0, nil
 		}
@@ -483,7 +482,7 @@ func (a *acquisition) giveUp(ctx context.Context) {
 
 // waitTry is try for a wait: an attempt that finds the permits taken makes
 // the call a waiter (see core.Client.BeginWait).
-func (a *acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *acquisition) waitTry(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	ok, retry, err := a.try(ctx, w)
 	if !ok && err == nil {
 		a.s.c.BeginWait(&a.call)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // unacked gives back permits that too few replicas acknowledged
@@ -16,7 +16,7 @@ import (
 // queue). With rlock.WithReplicaAckRetry a waiting call tries again soon,
 // under a new id (queued again at the tail); otherwise the attempt fails with
 // ErrNotReplicated.
-func (a *acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+func (a *acquisition) unacked(ctx context.Context, w *mux.Waiter, acked int64) (bool, time.Duration, error) {
 	s := a.s
 	c := s.c
 	err := fmt.Errorf("semaphore: acquire %q: %w", s.name, core.Inner(c.NotReplicated(ctx, acked)))

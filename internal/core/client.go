@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -47,7 +48,7 @@ type Client struct {
 	RC  rueidis.Client
 	ID  string
 	Cfg Config
-	Mux *pubsub.Multiplexer
+	Mux *mux.Multiplexer
 
 	seq atomic.Uint64
 	// lost counts connection errors seen: every one of them may hide a
@@ -122,7 +123,7 @@ const CloseGrace = 500 * time.Millisecond
 
 // NewClient builds the machinery; cfg must already be valid.
 func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Client, error) {
-	mux, err := pubsub.New(rc, pubsubOpts...)
+	m, err := mux.New(rc, pubsubOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		RC:        bounded{rc},
 		ID:        uuid.NewString(),
 		Cfg:       cfg,
-		Mux:       mux,
+		Mux:       m,
 		holds:     make(map[*Hold]struct{}),
 		claimWake: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
