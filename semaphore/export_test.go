@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -62,8 +61,7 @@ func LocalWaiters(s *Semaphore) int {
 // SetLinger sets the linger of c's turns (core.Config.Linger, which
 // rlock.WithLinger is to fill); call it before c's semaphores are used.
 func SetLinger(c *rlock.Client, d time.Duration) {
-	cc, _ := core.Of(c)
-	turnsOf(cc).linger = d
+	turnsOf(c.Core()).linger = d
 }
 
 // Parked reports whether s's Client keeps its permit for its next Acquire

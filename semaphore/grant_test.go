@@ -197,8 +197,7 @@ func TestOneDeliveryPerHandoff(t *testing.T) {
 		// A long linger keeps every subscription until the count is done.
 		c, rec := e.countedClient(rlock.WithPubSub(pubsub.WithLinger(time.Minute)))
 		recs = append(recs, rec)
-		cc, _ := core.Of(c)
-		muxes = append(muxes, cc.Mux)
+		muxes = append(muxes, c.Core().Mux)
 		l := semaphore.NewLock(c, name)
 		go func() {
 			lockCtx, err := l.Lock(e.ctx)

@@ -350,11 +350,6 @@ func (c *Client) NoteError(err error) {
 	}
 }
 
-// Of returns the machinery behind a public client value (an *rlock.Client);
-// package rlock sets it at init, so that other packages of the module can build
-// on an rlock.Client without rlock exporting its internals.
-var Of func(x any) (*Client, bool)
-
 // PublishArg is how the scripts are to publish (see publish_lib.lua): the
 // Multiplexer's PUBLISH or SPUBLISH, or, for classic pub/sub in a cluster,
 // where PUBLISH's count of receivers covers one node only, "PUBLISH?", so that
