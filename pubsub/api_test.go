@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 )
 
 // TestPublicAPI pins the exported methods of Multiplexer and Waiter: the
-// general-purpose multiplexer, without the lock protocol's hooks (tags,
-// addressed data, live-only joins, budget-deaf listeners), which live in
-// internal/pubsubx.
+// general-purpose multiplexer, without the lock protocol's parts (tags,
+// addressed data, live-only joins, budget-deaf listeners), which only the
+// types of internal/mux export.
 func TestPublicAPI(t *testing.T) {
 	methods := func(v any) []string {
 		typ := reflect.TypeOf(v)
@@ -36,6 +37,13 @@ func TestPublicAPI(t *testing.T) {
 		if got := methods(tc.v); !slices.Equal(got, tc.want) {
 			t.Errorf("%T methods = %v, want %v", tc.v, got, tc.want)
 		}
+	}
+}
+
+// TestWakeAll: the documented payload is the one the implementation parses.
+func TestWakeAll(t *testing.T) {
+	if pubsub.WakeAll != mux.WakeAll {
+		t.Fatalf("pubsub.WakeAll = %q, internal/mux.WakeAll = %q", pubsub.WakeAll, mux.WakeAll)
 	}
 }
 

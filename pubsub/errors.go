@@ -1,15 +1,18 @@
 package pubsub
 
-import "errors"
+import "github.com/relockio/relock/internal/mux"
+
+// The values are internal/mux's, which returns them: the lock packages, which
+// use it directly, and users of this package see the same errors.
 
 var (
 	// ErrClosed is returned by Subscribe after Close, and reported by Waiter.Err.
-	ErrClosed = errors.New("pubsub: multiplexer closed")
+	ErrClosed = mux.ErrClosed
 	// ErrInvalidChannel is returned for an empty channel name.
-	ErrInvalidChannel = errors.New("pubsub: invalid channel")
+	ErrInvalidChannel = mux.ErrInvalidChannel
 	// ErrSubscriptionRefused wraps the Redis error (NOPERM for a channel the
 	// ACL denies, say) with which Redis refused a channel's subscription for
 	// good. Subscribe returns it, and Waiter.Err reports it to the Waiters of
 	// a channel whose resubscription was refused.
-	ErrSubscriptionRefused = errors.New("pubsub: subscription refused")
+	ErrSubscriptionRefused = mux.ErrSubscriptionRefused
 )

@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/pubsubx"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 )
@@ -562,96 +561,6 @@ func TestUnsatisfiedLeavePassesWake(t *testing.T) {
 	}
 }
 
-// A message "@" + tag wakes only the Waiter tagged so, wherever it stands in
-// the queue; other payloads ignore tags.
-func TestAddressedWake(t *testing.T) {
-	ctx := mxContext(t)
-	srv := redistest.New(t)
-	pub := redistest.Client(t, srv)
-	prefix := redistest.KeyPrefix(t)
-	m := mxNew(t, redistest.Client(t, srv))
-	fence := mxNewFence(ctx, t, m, pub, prefix)
-	ch, other := prefix+"addressed", prefix+"other"
-
-	ws := make([]*pubsub.Waiter, 3)
-	for i := range ws {
-		ws[i] = mxSubscribe(ctx, t, m, ch)
-		defer ws[i].Leave(true)
-	}
-	ow := mxSubscribe(ctx, t, m, other)
-	defer ow.Leave(true)
-	pubsubx.SetTag(ws[1], "b")
-	pubsubx.SetTag(ws[2], "c")
-	pubsubx.SetTag(ow, "c")
-
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"c")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws, 2)
-	if mxFired(ow) {
-		t.Fatal("a message on one channel woke a waiter of another channel with the same tag")
-	}
-
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"nobody")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws)
-
-	mxPublish(ctx, t, pub, ch, "1")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws, 0)
-
-	pubsubx.SetTag(ws[1], "")
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"b")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws)
-
-	// An empty tag addresses no one: untagged Waiters (every Waiter a user
-	// of package pubsub creates) are never addressed.
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix)
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+pubsubx.AddressDataSeparator+"data")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws)
-}
-
-// An addressed message may carry data after the separator: the tagged Waiter
-// gets it (once) with TakeData, and a new tag discards data of the old one.
-func TestAddressedData(t *testing.T) {
-	ctx := mxContext(t)
-	srv := redistest.New(t)
-	pub := redistest.Client(t, srv)
-	prefix := redistest.KeyPrefix(t)
-	m := mxNew(t, redistest.Client(t, srv))
-	fence := mxNewFence(ctx, t, m, pub, prefix)
-	ch := prefix + "data"
-
-	ws := []*pubsub.Waiter{mxSubscribe(ctx, t, m, ch), mxSubscribe(ctx, t, m, ch)}
-	defer ws[0].Leave(true)
-	defer ws[1].Leave(true)
-	pubsubx.SetTag(ws[0], "a:1")
-	pubsubx.SetTag(ws[1], "b:2")
-
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"b:2"+pubsubx.AddressDataSeparator+"42")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws, 1)
-	if d := pubsubx.TakeData(ws[1]); d != "42" {
-		t.Fatalf("TakeData = %q, want 42", d)
-	}
-	if d := pubsubx.TakeData(ws[1]); d != "" {
-		t.Fatalf("second TakeData = %q, want nothing", d)
-	}
-	if d := pubsubx.TakeData(ws[0]); d != "" {
-		t.Fatalf("untargeted waiter's TakeData = %q, want nothing", d)
-	}
-
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"a:1"+pubsubx.AddressDataSeparator+"7")
-	fence.sync(ctx, t)
-	mxExpectFired(t, ws, 0)
-	pubsubx.SetTag(ws[0], "a:1") // same tag: the data stays
-	pubsubx.SetTag(ws[0], "a:3") // new tag: the data of the old one goes
-	if d := pubsubx.TakeData(ws[0]); d != "" {
-		t.Fatalf("TakeData after a new tag = %q, want nothing", d)
-	}
-}
-
 // 11. After a lost connection the Multiplexer resubscribes every channel, then
 // wakes every waiter (messages of the gap are lost).
 func TestReconnectResubscribesAndWakesAll(t *testing.T) {
@@ -915,61 +824,5 @@ func TestManyChannelsOverConnections(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("second waiter of channel %d not woken", i)
 		}
-	}
-}
-
-// SubscribeIfLive joins only a channel whose subscription is confirmed on the
-// current connection, and never waits or sends a command.
-func TestSubscribeIfLive(t *testing.T) {
-	ctx := mxContext(t)
-	srv := redistest.Owned(t)
-	rc := redistest.Client(t, srv)
-	pub := redistest.Client(t, srv)
-	ch := redistest.KeyPrefix(t) + "live"
-	m := mxNew(t, rc, pubsub.WithLinger(time.Minute))
-
-	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
-		t.Fatal("SubscribeIfLive on a channel nobody subscribed returned a Waiter")
-	}
-	if n, err := srv.NumSub(ctx, ch); err != nil || n[ch] != 0 {
-		t.Fatalf("NUMSUB after SubscribeIfLive on an unsubscribed channel = %v, %v; want 0", n, err)
-	}
-	first := mxSubscribe(ctx, t, m, ch)
-	w := pubsubx.SubscribeIfLive(m, ch, 1)
-	if w == nil {
-		t.Fatal("SubscribeIfLive on a subscribed channel returned nil")
-	}
-	pubsubx.SetTag(w, "x")
-	mxPublish(ctx, t, pub, ch, pubsubx.AddressPrefix+"x")
-	mxWaitFired(t, w, "the Waiter joined by SubscribeIfLive")
-	first.Leave(true)
-	w.Leave(true)
-	// Lingering: still confirmed, so still live.
-	w = pubsubx.SubscribeIfLive(m, ch, 1)
-	if w == nil {
-		t.Fatal("SubscribeIfLive on a lingering channel returned nil")
-	}
-	w.Leave(true)
-
-	// A lost connection drops idle channels: not live until subscribed again.
-	if killed := mxKillSubscribers(ctx, t, srv); killed != 1 {
-		t.Fatalf("killed %d subscriber connections, want 1", killed)
-	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(mxPatience)
-	for m.Stats().Reconnects == 0 {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("no reconnect after the kill")
-		}
-	}
-	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
-		t.Fatal("SubscribeIfLive after the connection was lost returned a Waiter")
-	}
-	m.Close()
-	if w := pubsubx.SubscribeIfLive(m, ch, 1); w != nil {
-		t.Fatal("SubscribeIfLive after Close returned a Waiter")
 	}
 }

@@ -3,21 +3,15 @@ package pubsub
 import (
 	"fmt"
 	"time"
+
+	"github.com/relockio/relock/internal/mux"
 )
 
 // Option configures a Multiplexer.
 type Option func(*config) error
 
-type config struct {
-	connections int
-	linger      time.Duration
-	maxBackoff  time.Duration
-	sharding    Sharding
-}
-
-func defaultConfig() config {
-	return config{connections: 1, linger: 250 * time.Millisecond, maxBackoff: time.Second}
-}
+// config is an alias, so that the lock packages can hand Options to mux.New.
+type config = mux.Config
 
 // WithConnections sets how many dedicated pub/sub connections carry the
 // subscriptions; channels are spread over them by hash. Default 1, at most 64.
@@ -26,7 +20,7 @@ func WithConnections(n int) Option {
 		if n < 1 || n > 64 {
 			return fmt.Errorf("pubsub: connections must be between 1 and 64, got %d", n)
 		}
-		c.connections = n
+		c.Connections = n
 		return nil
 	}
 }
@@ -51,7 +45,7 @@ func WithLinger(d time.Duration) Option {
 		if d < 0 || d > maxLinger {
 			return fmt.Errorf("pubsub: WithLinger(%v) is out of range: must be between 0 and %v", d, maxLinger)
 		}
-		c.linger = d
+		c.Linger = d
 		return nil
 	}
 }
@@ -61,10 +55,10 @@ func WithLinger(d time.Duration) Option {
 // redial a server that is down in a tight loop) to 1 minute.
 func WithMaxReconnectBackoff(d time.Duration) Option {
 	return func(c *config) error {
-		if d < minReconnectBackoff || d > maxMaxBackoff {
-			return fmt.Errorf("pubsub: WithMaxReconnectBackoff(%v) is out of range: must be between %v and %v", d, minReconnectBackoff, maxMaxBackoff)
+		if d < mux.MinReconnectBackoff || d > maxMaxBackoff {
+			return fmt.Errorf("pubsub: WithMaxReconnectBackoff(%v) is out of range: must be between %v and %v", d, mux.MinReconnectBackoff, maxMaxBackoff)
 		}
-		c.maxBackoff = d
+		c.MaxBackoff = d
 		return nil
 	}
 }
@@ -93,10 +87,16 @@ const (
 // ShardingClassic until all are upgraded.
 func WithSharding(s Sharding) Option {
 	return func(c *config) error {
-		if s < ShardingAuto || s > ShardingSharded {
+		switch s {
+		case ShardingAuto:
+			c.Sharding = mux.ShardingAuto
+		case ShardingClassic:
+			c.Sharding = mux.ShardingClassic
+		case ShardingSharded:
+			c.Sharding = mux.ShardingSharded
+		default:
 			return fmt.Errorf("pubsub: unknown sharding mode %d", s)
 		}
-		c.sharding = s
 		return nil
 	}
 }

@@ -9,8 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // A Lock call runs on the engine (see core.Acquisition for its states); the
@@ -69,9 +68,9 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 type acquisition struct {
 	core.Acquisition
 	m     *Mutex
-	lw    *localWaiter   // the wait for a local pass (see cohort.go), if any
-	pass  *cohortPass    // the lock passed on by a hold of this Client
-	watch *pubsub.Waiter // hears messages to this owner once it holds (see cohort.watch)
+	lw    *localWaiter // the wait for a local pass (see cohort.go), if any
+	pass  *cohortPass  // the lock passed on by a hold of this Client
+	watch *mux.Waiter  // hears messages to this owner once it holds (see cohort.watch)
 	// watchDrop: release the hold if its lock context is dropped without
 	// Unlock (see Mutex.withHold); off for a MultiLock's members.
 	watchDrop bool
@@ -163,11 +162,11 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 
 // TakePass takes a pass from this Client's holder that came while the call
 // waited in Redis.
-func (a *acquisition) TakePass(_ *core.Acquisition, w *pubsub.Waiter) bool {
+func (a *acquisition) TakePass(_ *core.Acquisition, w *mux.Waiter) bool {
 	return a.lw != nil && a.takePass(w)
 }
 
-func (a *acquisition) takePass(w *pubsub.Waiter) bool {
+func (a *acquisition) takePass(w *mux.Waiter) bool {
 	if a.pass = a.m.t.Take(a.lw, w); a.pass == nil {
 		return false
 	}
@@ -178,13 +177,13 @@ func (a *acquisition) takePass(w *pubsub.Waiter) bool {
 // Listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
 // (w's): ForceUnlock tells a holder so (see cohort.watch).
-func (a *acquisition) Listen(_ *core.Acquisition, w *pubsub.Waiter) {
+func (a *acquisition) Listen(_ *core.Acquisition, w *mux.Waiter) {
 	if a.watch != nil {
 		return
 	}
-	if l := pubsubx.SubscribeIfLive(a.m.c.Mux, a.m.keys.grants, 1); l != nil {
-		pubsubx.IgnoreBudget(l)
-		pubsubx.SetTag(l, a.Owner)
+	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
+		l.IgnoreBudget()
+		l.SetTag(a.Owner)
 		a.watch = l
 	}
 }

@@ -19,17 +19,6 @@ type Client struct {
 	fifo bool        // see WithFIFO
 }
 
-func init() {
-	// Other packages of this module reach the machinery through core.Of.
-	core.Of = func(x any) (*core.Client, bool) {
-		c, ok := x.(*Client)
-		if !ok || c == nil {
-			return nil, false
-		}
-		return c.c, true
-	}
-}
-
 // New returns a Client using rc for commands and for dedicated pub/sub
 // connections. The caller still owns rc and closes it after the Client.
 //
@@ -68,10 +57,20 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 // start with it.
 func (c *Client) ID() string { return c.c.ID }
 
+// Core returns the machinery behind c, which package semaphore builds on; nil
+// for a nil or zero Client. It is for this module's packages only: its type
+// is internal, no part of the API, and may change in any release.
+func (c *Client) Core() *core.Client {
+	if c == nil {
+		return nil
+	}
+	return c.c
+}
+
 // PubSubStats returns the counts of the Client's pub/sub multiplexer, shared
 // by its locks and semaphores: channels subscribed, Waiters, reconnections,
 // and messages received. Cheap enough for metrics scraping.
-func (c *Client) PubSubStats() pubsub.Stats { return c.c.Mux.Stats() }
+func (c *Client) PubSubStats() pubsub.Stats { return pubsub.Stats(c.c.Mux.Stats()) }
 
 // Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
 // a name bound to the Client, and any number may exist. An invalid name is

@@ -22,8 +22,8 @@ import (
 // watchdogOf is the machinery behind cl, whose watchdog rounds tests read.
 func watchdogOf(t *testing.T, cl *rlock.Client) *core.Client {
 	t.Helper()
-	c, ok := core.Of(cl)
-	if !ok {
+	c := cl.Core()
+	if c == nil {
 		t.Fatal("no core.Client behind the rlock.Client")
 	}
 	return c

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/pubsubx"
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
@@ -145,7 +145,7 @@ func (e *ftEnv) queuedOwner(name string, n int) string {
 func (e *ftEnv) forgeNotice(base, owner string) {
 	e.t.Helper()
 	client := owner[:strings.LastIndex(owner, ":")]
-	msg, err := e.srv.Do(e.ctx, "PUBLISH", base+":to:"+client, pubsubx.AddressPrefix+owner+" ~60000")
+	msg, err := e.srv.Do(e.ctx, "PUBLISH", base+":to:"+client, mux.AddressPrefix+owner+" ~60000")
 	if err != nil {
 		e.t.Fatal(err)
 	}

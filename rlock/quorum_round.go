@@ -15,7 +15,7 @@ import (
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/internal/lua"
-	"github.com/relockio/relock/internal/pubsubx"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // quietMessage is what a give-back publishes on a master's unlock channel
@@ -24,7 +24,7 @@ import (
 // majority; waking waiters for it would only have them, and the giver
 // itself, take and give back that master again and again while a holder of
 // the majority holds on.
-const quietMessage = pubsubx.AddressPrefix + "-"
+const quietMessage = mux.AddressPrefix + "-"
 
 // Retry delays of a blocking quorum Lock (see QuorumMutex.retryIn).
 const (

@@ -16,7 +16,7 @@ import (
 type quorumListener struct {
 	wake      chan struct{} // buffered 1: wake-ups coalesce
 	ready     chan struct{} // one value per master once its subscription is settled
-	satisfied atomic.Bool   // the call got the lock (see pubsub.Waiter.Leave)
+	satisfied atomic.Bool   // the call got the lock (see mux.Waiter.Leave)
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // Unlock releases one level of the hold carried by lockCtx. The final level
@@ -133,7 +132,7 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	m, h := r.m, r.Hold
 	mayKeep := r.local && r.Release.Round == 0
 	var next *localWaiter
-	var sw *pubsub.Waiter
+	var sw *mux.Waiter
 	var place successorPlace
 	if mayKeep {
 		if next = m.t.Successor(m.name, h); next == nil && r.mode != releaseInRedis {
@@ -189,11 +188,11 @@ func (r *mutexRelease) Wrap(err error) error { return r.m.wrap("unlock", err) }
 // arrive unheard. Only a live subscription will do, so that Unlock never
 // waits for pub/sub (a reconnect, say). Without a successor or a live
 // subscription h's cohort ends here, and the oldest waiter queues by itself.
-func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, successorPlace) {
+func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*mux.Waiter, successorPlace) {
 	if next != nil {
-		if w := pubsubx.SubscribeIfLive(m.c.Mux, m.keys.grants, 1); w != nil {
+		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
 			owner, secret := m.c.NewID(), newSecret()
-			pubsubx.SetTagKeeping(w, owner, keepHandOff(secret))
+			w.SetTagKeeping(owner, keepHandOff(secret))
 			return w, successorPlace{owner: owner, secret: secret, reserved: next.Reserved()}
 		}
 	}
@@ -207,7 +206,7 @@ func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*pubsub.Waiter, 
 // place nobody takes up is given up, and when the release failed or found the
 // hold lost, h's cohort ends and the oldest waiter queues by itself. A
 // reserved place the release did not queue (no one else waited) is dropped.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *pubsub.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
+func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *mux.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
 	wd := m.c.Cfg.WatchdogTimeout
 	switch {
 	case err == nil && r.kept:

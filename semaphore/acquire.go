@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -304,10 +304,10 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 }
 
 // TakePass is false: only the leader waits in Redis, and no pass goes to it.
-func (a *acquisition) TakePass(*core.Acquisition, *pubsub.Waiter) bool { return false }
+func (a *acquisition) TakePass(*core.Acquisition, *mux.Waiter) bool { return false }
 
 // Listen does nothing: a semaphore's holder needs no listener.
-func (a *acquisition) Listen(*core.Acquisition, *pubsub.Waiter) {}
+func (a *acquisition) Listen(*core.Acquisition, *mux.Waiter) {}
 
 // Leave ends the call's place among its Client's waiters; a lease passed to
 // it as it left goes on.

@@ -57,8 +57,7 @@ func LocalWaiters(s *Semaphore) int {
 // SetLinger sets the linger of c's turns (core.Config.Linger, which
 // rlock.WithLinger is to fill); call it before c's semaphores are used.
 func SetLinger(c *rlock.Client, d time.Duration) {
-	cc, _ := core.Of(c)
-	cc.Turns(core.PermitTurns).SetLinger(d)
+	c.Core().Turns(core.PermitTurns).SetLinger(d)
 }
 
 // Parked reports whether s's Client keeps its permit for its next Acquire

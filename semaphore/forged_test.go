@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/pubsubx"
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
@@ -201,7 +201,7 @@ func TestReplayedGrantAfterLapse(t *testing.T) {
 	var grant string
 	waitFor(t, 5*time.Second, "the grant to w held back", func() bool {
 		for _, m := range g.heldBack() {
-			if strings.HasPrefix(m, pubsubx.AddressPrefix+id+" ") && !strings.Contains(m, "~") {
+			if strings.HasPrefix(m, mux.AddressPrefix+id+" ") && !strings.Contains(m, "~") {
 				grant = m
 				return true
 			}
@@ -251,7 +251,7 @@ func TestForgedNoticeKeepsGrant(t *testing.T) {
 
 	before := g.delivered()
 	mustRelease(t, holder, held) // grants the permit to w
-	if n := e.publish(semaphore.GrantChannel(w), pubsubx.AddressPrefix+id+" ~60000"); n != 1 {
+	if n := e.publish(semaphore.GrantChannel(w), mux.AddressPrefix+id+" ~60000"); n != 1 {
 		t.Fatalf("forged notice reached %d subscribers, want w's Client", n)
 	}
 	waitFor(t, 5*time.Second, "the grant and the notice delivered", func() bool { return g.delivered() == before+2 })
@@ -290,7 +290,7 @@ func TestForgedNoticeKeepsEarlierRecheck(t *testing.T) {
 	start := time.Now()
 	before := g.delivered()
 	mustRelease(t, holder, held) // to h for 1s; x is told "~1000"
-	if n := e.publish(semaphore.GrantChannel(x), pubsubx.AddressPrefix+id+" ~60000"); n != 1 {
+	if n := e.publish(semaphore.GrantChannel(x), mux.AddressPrefix+id+" ~60000"); n != 1 {
 		t.Fatalf("forged notice reached %d subscribers, want x's Client", n)
 	}
 	waitFor(t, 5*time.Second, "both notices delivered", func() bool { return g.delivered() == before+2 })
@@ -317,7 +317,7 @@ func TestForgedNoticeKeepsLeaseBound(t *testing.T) {
 	held := mustAcquire(t, holder, e.ctx, 1, semaphore.WithLease(lease))
 	ch := goAcquire(w, e.ctx, 1)
 	id := e.queuedID(name, 1)
-	if n := e.publish(semaphore.GrantChannel(w), pubsubx.AddressPrefix+id+" ~60000"); n != 1 {
+	if n := e.publish(semaphore.GrantChannel(w), mux.AddressPrefix+id+" ~60000"); n != 1 {
 		t.Fatalf("forged notice reached %d subscribers, want w's Client", n)
 	}
 	r := receive(t, ch, lease+3*time.Second, "w behind a 1s lease, sent a forged notice")

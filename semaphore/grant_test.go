@@ -18,7 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/pubsubx"
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
@@ -27,7 +27,7 @@ import (
 
 // fencePayload marks the messages the tests publish to flush deliveries; it
 // is addressed to a tag no Waiter has, so it wakes nobody.
-const fencePayload = pubsubx.AddressPrefix + "fence"
+const fencePayload = mux.AddressPrefix + "fence"
 
 // deliveries records every pub/sub message a Client's connections receive,
 // counted below the multiplexer (see countingClient).
@@ -191,14 +191,13 @@ func TestOneDeliveryPerHandoff(t *testing.T) {
 		t.Fatalf("Lock: %v", err)
 	}
 	var recs []*deliveries
-	var muxes []*pubsub.Multiplexer
+	var muxes []*mux.Multiplexer
 	done := make(chan error, clients)
 	for i := range clients {
 		// A long linger keeps every subscription until the count is done.
 		c, rec := e.countedClient(rlock.WithPubSub(pubsub.WithLinger(time.Minute)))
 		recs = append(recs, rec)
-		cc, _ := core.Of(c)
-		muxes = append(muxes, cc.Mux)
+		muxes = append(muxes, c.Core().Mux)
 		l := semaphore.NewLock(c, name)
 		go func() {
 			lockCtx, err := l.Lock(e.ctx)
@@ -345,20 +344,20 @@ func TestForgedGrantGrantsNothing(t *testing.T) {
 	if n := e.numSub(grant); n != 1 {
 		t.Fatalf("subscribers of the waiter's grant channel %s = %d, want 1", grant, n)
 	}
-	if n := e.publish(e.wakeChannel(name), pubsubx.AddressPrefix+id); n != 0 {
+	if n := e.publish(e.wakeChannel(name), mux.AddressPrefix+id); n != 0 {
 		t.Errorf("a wake on the old wake channel reached %d subscribers, want none: nothing listens there", n)
 	}
 
 	e.resetStats()
 	wrongMAC := sha1hex("not-the-secret:1")
 	for _, forged := range []string{
-		pubsubx.AddressPrefix + id + " 1:" + wrongMAC,                       // the grant's shape, a MAC without the secret
-		pubsubx.AddressPrefix + id + " 1:" + strings.Repeat("0", 40),        // a made-up MAC
-		pubsubx.AddressPrefix + id + " 2:" + wrongMAC,                       // more permits than asked for
-		pubsubx.AddressPrefix + id + " 1:" + wrongMAC + ":" + wrongMAC,      // trailing garbage
-		pubsubx.AddressPrefix + id + " 1",                                   // no MAC
-		pubsubx.AddressPrefix + id + " -1:" + strings.Repeat("a", 40),       // a negative count
-		pubsubx.AddressPrefix + id + " 99999999999999999999999:" + wrongMAC, // out of range
+		mux.AddressPrefix + id + " 1:" + wrongMAC,                       // the grant's shape, a MAC without the secret
+		mux.AddressPrefix + id + " 1:" + strings.Repeat("0", 40),        // a made-up MAC
+		mux.AddressPrefix + id + " 2:" + wrongMAC,                       // more permits than asked for
+		mux.AddressPrefix + id + " 1:" + wrongMAC + ":" + wrongMAC,      // trailing garbage
+		mux.AddressPrefix + id + " 1",                                   // no MAC
+		mux.AddressPrefix + id + " -1:" + strings.Repeat("a", 40),       // a negative count
+		mux.AddressPrefix + id + " 99999999999999999999999:" + wrongMAC, // out of range
 		"1", pubsub.WakeAll, // a budget, a wake-all
 	} {
 		if n := e.publish(grant, forged); n != 1 {

@@ -57,8 +57,8 @@ func WithLimit(limit int64) Option {
 // calling TrySetLimit or SetLimit. An invalid name, option or a nil client is
 // reported by every method.
 func New(c *rlock.Client, name string, opts ...Option) *Semaphore {
-	cc, ok := core.Of(c)
-	if !ok {
+	cc := c.Core()
+	if cc == nil {
 		return &Semaphore{name: name, err: fmt.Errorf("%w: nil rlock.Client", ErrInvalidClient)}
 	}
 	s := &Semaphore{c: cc, name: name, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(cc.Cfg.KeyPrefix, name)}

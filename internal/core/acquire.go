@@ -7,8 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // An acquisition is one Lock, RLock or Acquire call of any kind, from its
@@ -124,9 +123,9 @@ type LocalTurns interface {
 	WaitLocal(ctx context.Context, a *Acquisition) (LocalOutcome, error)
 	// TakePass takes a pass from this Client's holder that came while the
 	// call waited in Redis.
-	TakePass(a *Acquisition, w *pubsub.Waiter) bool
+	TakePass(a *Acquisition, w *mux.Waiter) bool
 	// Listen keeps w, the call's subscription, once it holds the lock.
-	Listen(a *Acquisition, w *pubsub.Waiter)
+	Listen(a *Acquisition, w *mux.Waiter)
 	// Leave ends the call's part in its Client's waits.
 	Leave(a *Acquisition)
 }
@@ -185,7 +184,7 @@ type Acquisition struct {
 	ctx     context.Context
 	waitCtx context.Context // ctx bounded by the wait timeout once it runs
 	cancel  context.CancelFunc
-	w       *pubsub.Waiter // the call's subscription, once it has one
+	w       *mux.Waiter // the call's subscription, once it has one
 	err     error
 
 	attempted bool   // the first attempt was made
@@ -256,7 +255,7 @@ func (a *Acquisition) attempt() state {
 			return stateLocal
 		}
 		if a.w == nil {
-			a.w = pubsubx.SubscribeIfLive(a.C.Mux, a.Spec.Channel, a.Spec.Weight)
+			a.w = a.C.Mux.SubscribeIfLive(a.Spec.Channel, a.Spec.Weight)
 		}
 		if a.w != nil {
 			return stateLocal
@@ -377,7 +376,7 @@ func (a *Acquisition) WaitCtx() context.Context { return a.waitCtx }
 // Promote makes the call the owner of a place in the Redis queue that a
 // release of its Client queued for it (see LocalTurns): with check false, its
 // first attempt only waits, for retryIn at most.
-func (a *Acquisition) Promote(owner, secret string, at Ticket, place uint64, check bool, retryIn time.Duration, w *pubsub.Waiter) {
+func (a *Acquisition) Promote(owner, secret string, at Ticket, place uint64, check bool, retryIn time.Duration, w *mux.Waiter) {
 	a.GiveUpOwner()
 	if a.w != nil {
 		a.w.Leave(true) // the place comes with its own subscription

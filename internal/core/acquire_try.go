@@ -8,15 +8,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/relockio/relock/internal/pubsubx"
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // try makes one attempt. With w (a wait) it queues in Redis while the lock
 // is taken, and tags w, so that a release can hand the lock to this owner by
 // name; a grant or a pass that came in since the last attempt is taken
 // without asking Redis.
-func (a *Acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *Acquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	if w != nil {
 		if done, ok, retry := a.woken(w); done {
 			return ok, retry, nil
@@ -63,7 +62,7 @@ func (a *Acquisition) try(ctx context.Context, w *pubsub.Waiter) (bool, time.Dur
 // from this Client, a grant proven for its place, a release that queued it
 // (Promote), or a notice that the waiter ahead was just granted the lock.
 // done reports that the attempt ends here, with ok and retry.
-func (a *Acquisition) woken(w *pubsub.Waiter) (done, ok bool, retry time.Duration) {
+func (a *Acquisition) woken(w *mux.Waiter) (done, ok bool, retry time.Duration) {
 	if a.Local != nil && a.Local.TakePass(a, w) {
 		a.Passed = true
 		return true, true, 0
@@ -77,8 +76,8 @@ func (a *Acquisition) woken(w *pubsub.Waiter) (done, ok bool, retry time.Duratio
 		tag = a.Owner
 	}
 	// A new tag (owner id) discards the grants to the old one.
-	pubsubx.SetTagKeeping(w, tag, a.keep)
-	data := pubsubx.TakeData(w)
+	w.SetTagKeeping(tag, a.keep)
+	data := w.TakeData()
 	if a.handedOff(data) {
 		if a.Local != nil {
 			a.Local.Listen(a, w)
@@ -131,7 +130,7 @@ func (a *Acquisition) attemptFailed(ctx context.Context, r Reply, err error) err
 
 // waitTry is try for a wait: an attempt that finds the lock taken makes the
 // call a waiter (see Client.BeginWait).
-func (a *Acquisition) waitTry(ctx context.Context, w *pubsub.Waiter) (bool, time.Duration, error) {
+func (a *Acquisition) waitTry(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
 	ok, retry, err := a.try(ctx, w)
 	if !ok && err == nil {
 		a.C.BeginWait(&a.Call)
@@ -185,7 +184,7 @@ func (a *Acquisition) Claim() time.Duration { return min(a.Lease, a.C.Cfg.ClaimW
 // leaves nothing held in Redis, and under a tombstone, as the owner id is
 // not used again. With WithReplicaAckRetry a waiting call tries again soon,
 // under a new owner id; otherwise the attempt fails with ErrNotReplicated.
-func (a *Acquisition) unacked(ctx context.Context, w *pubsub.Waiter, acked int64) (bool, time.Duration, error) {
+func (a *Acquisition) unacked(ctx context.Context, w *mux.Waiter, acked int64) (bool, time.Duration, error) {
 	c := a.C
 	err := a.wrap(c.NotReplicated(ctx, acked))
 	owner, secret := a.Owner, a.Secret

@@ -174,7 +174,7 @@ func ParseNotice(data string, max time.Duration) (time.Duration, bool) {
 }
 
 // KeepData is the rule by which a queued waiter keeps the data of a message
-// addressed to it until it takes it (see pubsubx.SetTagKeeping). A waiter has
+// addressed to it until it takes it (see mux.Waiter.SetTagKeeping). A waiter has
 // one slot, and anyone may publish on its channel: a message that proves
 // nothing may make it re-check sooner, nothing else. So a grant proven with
 // the waiter's secret (proven reports it, with its number: a later grant's is

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/pubsub"
 )
 
@@ -47,7 +48,7 @@ type Client struct {
 	RC  rueidis.Client
 	ID  string
 	Cfg Config
-	Mux *pubsub.Multiplexer
+	Mux *mux.Multiplexer
 
 	seq atomic.Uint64
 	// lost counts connection errors seen: every one of them may hide a
@@ -86,7 +87,7 @@ const CloseGrace = 500 * time.Millisecond
 
 // NewClient builds the machinery; cfg must already be valid.
 func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Client, error) {
-	mux, err := pubsub.New(rc, pubsubOpts...)
+	m, err := mux.New(rc, pubsubOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		RC:        bounded{rc},
 		ID:        uuid.NewString(),
 		Cfg:       cfg,
-		Mux:       mux,
+		Mux:       m,
 		holds:     make(map[*Hold]struct{}),
 		claimWake: make(chan struct{}, 1),
 		closed:    make(chan struct{}),
@@ -316,11 +317,6 @@ func (c *Client) NoteError(err error) {
 		c.lost.Add(1)
 	}
 }
-
-// Of returns the machinery behind a public client value (an *rlock.Client);
-// package rlock sets it at init, so that other packages of the module can build
-// on an rlock.Client without rlock exporting its internals.
-var Of func(x any) (*Client, bool)
 
 // PublishArg is how the scripts are to publish (see publish_lib.lua): the
 // Multiplexer's PUBLISH or SPUBLISH, or, for classic pub/sub in a cluster,

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 // Turns: the goroutines of one Client that wait for one lock (a Mutex, a
@@ -72,7 +72,7 @@ type Reserver interface {
 }
 
 // TurnWatch hears messages addressed to a hold's owner field while it is
-// held (a *pubsub.Waiter tagged with it): one means the hold may be gone.
+// held (a *mux.Waiter tagged with it): one means the hold may be gone.
 type TurnWatch interface {
 	Live() bool
 	C() <-chan struct{}
@@ -153,7 +153,7 @@ type cohort struct {
 type TurnWaiter struct {
 	ready  chan struct{} // closed when passed the lock or made the leader
 	closed bool
-	w      *pubsub.Waiter // its Redis-side wait, if it has one
+	w      *mux.Waiter // its Redis-side wait, if it has one
 	pass   *Pass
 	// successor marks a leader chosen by a releasing holder, which is
 	// queueing it in Redis (or keeping the lock for it); promo is what the
@@ -202,7 +202,7 @@ func (p *Pass) margin() time.Duration { return margin(p.Lease, p.Claim) }
 // Waiter subscribed and tagged with it (so that the hand-off message cannot
 // be missed), and what the wait in Redis needs to know.
 type Promotion struct {
-	W        *pubsub.Waiter
+	W        *mux.Waiter
 	Owner    string
 	Secret   string
 	QueuedAt Ticket
@@ -312,7 +312,7 @@ func (t *Turns) Leave(name string, lw *TurnWaiter) (*Pass, *Promotion) {
 
 // Take returns the lock passed to lw, if any, and records w (if not nil),
 // the Redis-side wait of lw, so that a later pass wakes it.
-func (t *Turns) Take(lw *TurnWaiter, w *pubsub.Waiter) *Pass {
+func (t *Turns) Take(lw *TurnWaiter, w *mux.Waiter) *Pass {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := lw.pass

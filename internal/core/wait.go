@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relockio/relock/pubsub"
+	"github.com/relockio/relock/internal/mux"
 )
 
 const (
@@ -31,14 +31,14 @@ type Attempt func(ctx context.Context) (ok bool, retryIn time.Duration, err erro
 // ends. The subscription is confirmed before the first try, so a release after
 // a failed try always wakes someone.
 //
-// The Waiter is passed to try, which may tag it (see pubsubx.SetTag) so
+// The Waiter is passed to try, which may tag it (see mux.Waiter.SetTag) so
 // that a release can wake it by name.
 func (c *Client) WaitFor(ctx context.Context, channel string, weight int64, try TryFunc) error {
 	return c.WaitForWithin(ctx, 0, nil, channel, weight, try)
 }
 
 // TryFunc is one attempt of a wait (see WaitFor).
-type TryFunc = func(ctx context.Context, w *pubsub.Waiter) (ok bool, retryIn time.Duration, err error)
+type TryFunc = func(ctx context.Context, w *mux.Waiter) (ok bool, retryIn time.Duration, err error)
 
 // WaitForWithin is WaitFor bounded by a wait timeout besides ctx (none when
 // timeout is 0), which starts once the wait's first try has returned: for a
@@ -67,12 +67,12 @@ func (c *Client) WaitForWithin(ctx context.Context, timeout time.Duration, cause
 // GrantChannel), where every message names the one Waiter it is for, and a
 // wake-up passed on would only make a listener (a cohort's watch) doubt its
 // hold.
-func (c *Client) WaitWith(ctx context.Context, w *pubsub.Waiter, try TryFunc) error {
+func (c *Client) WaitWith(ctx context.Context, w *mux.Waiter, try TryFunc) error {
 	return c.WaitWithin(ctx, 0, nil, w, try)
 }
 
 // WaitWithin is WaitForWithin on a Waiter subscribed already (see WaitWith).
-func (c *Client) WaitWithin(ctx context.Context, timeout time.Duration, cause error, w *pubsub.Waiter, try TryFunc) error {
+func (c *Client) WaitWithin(ctx context.Context, timeout time.Duration, cause error, w *mux.Waiter, try TryFunc) error {
 	defer w.Leave(true)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

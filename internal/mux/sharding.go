@@ -1,4 +1,4 @@
-package pubsub
+package mux
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
 	if mode := m.mode.Load(); mode != modeUnknown {
 		return mode == modeSharded, nil
 	}
-	backoff := minReconnectBackoff
+	backoff := MinReconnectBackoff
 	for {
 		mode, err := m.detect(ctx)
 		if err == nil {
@@ -39,7 +39,7 @@ func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
 			return false, ErrClosed
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, m.cfg.maxBackoff)
+		backoff = min(2*backoff, m.cfg.MaxBackoff)
 	}
 }
 
@@ -58,7 +58,7 @@ func (m *Multiplexer) PublishCommand(ctx context.Context) string {
 
 // detect decides the mode once; an error means "ask again later".
 func (m *Multiplexer) detect(ctx context.Context) (int32, error) {
-	switch m.cfg.sharding {
+	switch m.cfg.Sharding {
 	case ShardingClassic:
 		return modeClassic, nil
 	case ShardingSharded:

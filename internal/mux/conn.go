@@ -1,4 +1,4 @@
-package pubsub
+package mux
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/relockio/relock/internal/pubsubx/hook"
 )
 
 // subscribeBatch caps the channels named in one SUBSCRIBE, so that
@@ -20,7 +18,9 @@ import (
 // command sizes.
 const subscribeBatch = 512
 
-const minReconnectBackoff = 10 * time.Millisecond
+// MinReconnectBackoff is the first delay between reconnection attempts, and
+// the least that pubsub.WithMaxReconnectBackoff accepts as their maximum.
+const MinReconnectBackoff = 10 * time.Millisecond
 
 // entry is one subscribed (or to-be-subscribed) channel and its FIFO queue of
 // Waiters. All fields are guarded by conn.mu.
@@ -79,14 +79,14 @@ func (c *conn) kick() {
 	}
 }
 
-// join appends a new Waiter to channel's queue, creating the entry (and asking
+// join sets up w, a zero Waiter, and appends it to channel's queue, creating the entry (and asking
 // the connection goroutine to subscribe it) when it is the first.
-func (c *conn) join(channel string, weight int64) (*Waiter, <-chan struct{}, error) {
+func (c *conn) join(w *Waiter, channel string, weight int64) (<-chan struct{}, error) {
 	c.mu.Lock()
 	select {
 	case <-c.mux.closed:
 		c.mu.Unlock()
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	default:
 	}
 	e := c.entries[channel]
@@ -96,7 +96,7 @@ func (c *conn) join(channel string, weight int64) (*Waiter, <-chan struct{}, err
 		c.entries[channel] = e
 		c.toSub = append(c.toSub, e)
 	}
-	w := c.addWaiter(e, weight)
+	c.addWaiter(w, e, weight)
 	if !c.started {
 		c.started = true
 		c.mux.wg.Add(1)
@@ -107,12 +107,12 @@ func (c *conn) join(channel string, weight int64) (*Waiter, <-chan struct{}, err
 	if created {
 		c.kick()
 	}
-	return w, ready, nil
+	return ready, nil
 }
 
-// addWaiter appends a new Waiter to e's queue and keeps e subscribed. Called
-// with c.mu held.
-func (c *conn) addWaiter(e *entry, weight int64) *Waiter {
+// addWaiter sets up w, a zero Waiter, appends it to e's queue and keeps e
+// subscribed. Called with c.mu held.
+func (c *conn) addWaiter(w *Waiter, e *entry, weight int64) {
 	if e.linger != nil {
 		e.linger.Stop()
 		e.linger = nil
@@ -123,7 +123,7 @@ func (c *conn) addWaiter(e *entry, weight int64) *Waiter {
 			c.idle--
 		}
 	}
-	w := &Waiter{wake: make(chan struct{}, 1), weight: weight, entry: e, conn: c}
+	*w = Waiter{wake: make(chan struct{}, 1), weight: weight, entry: e, conn: c}
 	if e.tail == nil {
 		e.head, e.tail = w, w
 	} else {
@@ -132,7 +132,6 @@ func (c *conn) addWaiter(e *entry, weight int64) *Waiter {
 		e.tail = w
 	}
 	e.n++
-	return w
 }
 
 // joinIfLive is join for a channel whose subscription is confirmed on the
@@ -149,7 +148,9 @@ func (c *conn) joinIfLive(channel string, weight int64) *Waiter {
 	if e == nil || !e.confirmed {
 		return nil
 	}
-	return c.addWaiter(e, weight)
+	w := new(Waiter)
+	c.addWaiter(w, e, weight)
+	return w
 }
 
 func (c *conn) leave(w *Waiter, satisfied bool) {
@@ -183,11 +184,11 @@ func (c *conn) leave(w *Waiter, satisfied bool) {
 	if e.n > 0 || c.entries[e.channel] != e {
 		return // others wait, or the entry was refused and detached
 	}
-	if c.mux.cfg.linger == 0 || !e.confirmed {
+	if c.mux.cfg.Linger == 0 || !e.confirmed {
 		c.markIdle(e)
 		return
 	}
-	e.linger = time.AfterFunc(c.mux.cfg.linger, func() {
+	e.linger = time.AfterFunc(c.mux.cfg.Linger, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.entries[e.channel] == e && e.n == 0 {
@@ -227,8 +228,8 @@ func (c *conn) onMessage(m rueidis.PubSubMessage) {
 
 // deliver wakes the Waiters a message is for (see onMessage).
 func (c *conn) deliver(m rueidis.PubSubMessage) {
-	if tag, addressed := strings.CutPrefix(m.Message, hook.AddressPrefix); addressed {
-		tag, data, _ := strings.Cut(tag, hook.AddressDataSeparator)
+	if tag, addressed := strings.CutPrefix(m.Message, AddressPrefix); addressed {
+		tag, data, _ := strings.Cut(tag, AddressDataSeparator)
 		c.wakeTagged(m.Channel, tag, data)
 		return
 	}
@@ -268,7 +269,7 @@ func (c *conn) deliver(m rueidis.PubSubMessage) {
 // wakeTagged signals the Waiters of channel tagged tag that live here (a tag
 // names one owner, which may listen with more than one Waiter for a moment),
 // offering them the data, if any (which they keep or not by their rule, see
-// Waiter.setTagKeeping). An empty tag names no one: an
+// Waiter.SetTagKeeping). An empty tag names no one: an
 // untagged Waiter is never addressed.
 func (c *conn) wakeTagged(channel, tag, data string) {
 	if tag == "" {
@@ -300,7 +301,7 @@ func (c *conn) run() {
 		return
 	}
 	ctx := c.mux.ctx
-	backoff := minReconnectBackoff
+	backoff := MinReconnectBackoff
 	reconnect := false
 	for {
 		connected := time.Now()
@@ -327,15 +328,15 @@ func (c *conn) run() {
 		reconnect = true
 		// A connection that lived a while was healthy: start backing off afresh.
 		// One that failed at once (server down) must not be redialled in a loop.
-		if time.Since(connected) > c.mux.cfg.maxBackoff {
-			backoff = minReconnectBackoff
+		if time.Since(connected) > c.mux.cfg.MaxBackoff {
+			backoff = MinReconnectBackoff
 		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			return
 		}
-		backoff = min(2*backoff, c.mux.cfg.maxBackoff)
+		backoff = min(2*backoff, c.mux.cfg.MaxBackoff)
 	}
 }
 
@@ -747,7 +748,7 @@ func permanent(err error) bool {
 }
 
 // retryTimer fires when a connection that met an error (retry) should try
-// again, with a delay doubling from minReconnectBackoff up to the maximum
+// again, with a delay doubling from MinReconnectBackoff up to the maximum
 // backoff; *retryIn carries the last delay and is reset after a success, when
 // the timer is nil (it never fires).
 func (m *Multiplexer) retryTimer(retry bool, retryIn *time.Duration) <-chan time.Time {
@@ -755,6 +756,6 @@ func (m *Multiplexer) retryTimer(retry bool, retryIn *time.Duration) <-chan time
 		*retryIn = 0
 		return nil
 	}
-	*retryIn = min(max(2**retryIn, minReconnectBackoff), m.cfg.maxBackoff)
+	*retryIn = min(max(2**retryIn, MinReconnectBackoff), m.cfg.MaxBackoff)
 	return time.After(*retryIn)
 }

@@ -1,4 +1,4 @@
-package pubsub
+package mux
 
 import (
 	"context"
@@ -114,10 +114,10 @@ func (s *sharder) closeLinks() {
 	}
 }
 
-// backOff delays n's next job, doubling from minReconnectBackoff up to the
+// backOff delays n's next job, doubling from MinReconnectBackoff up to the
 // maximum backoff.
 func (s *sharder) backOff(n *shardNode) {
-	n.retryIn = min(max(2*n.retryIn, minReconnectBackoff), s.c.mux.cfg.maxBackoff)
+	n.retryIn = min(max(2*n.retryIn, MinReconnectBackoff), s.c.mux.cfg.MaxBackoff)
 	n.retryAt = time.Now().Add(n.retryIn)
 }
 

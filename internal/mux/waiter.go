@@ -1,9 +1,7 @@
-package pubsub
+package mux
 
 import (
 	"context"
-
-	"github.com/relockio/relock/internal/pubsubx/hook"
 )
 
 // Waiter is one goroutine's place in the queue of a channel. It is created by
@@ -15,21 +13,21 @@ import (
 type Waiter struct {
 	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
 	weight int64
-	tag    string // guarded by conn.mu; see setTag
+	tag    string // guarded by conn.mu; see SetTag
 	data   string // payload of the addressed message kept, guarded by conn.mu
 	// keep, when set, decides which payload the Waiter keeps (see
-	// setTagKeeping); guarded by conn.mu.
+	// SetTagKeeping); guarded by conn.mu.
 	keep  func(held, next string) bool
 	entry *entry
 	conn  *conn
 	// Links of the channel's FIFO queue, guarded by conn.mu.
 	prev, next *Waiter
 	left       bool
-	deaf       bool // takes no budget (see ignoreBudget), guarded by conn.mu
+	deaf       bool // takes no budget (see IgnoreBudget), guarded by conn.mu
 }
 
 // C receives a value when the Waiter should re-check the resource it waits
-// for: a message on its channel chose it (see the package documentation for
+// for: a message on its channel chose it (see package pubsub for
 // which Waiters a message chooses), its channel was subscribed again after
 // messages may have been lost (a reconnect), Notify was called, or its
 // subscription was refused for good (see Err). At most one wake is pending:
@@ -94,23 +92,24 @@ func (w *Waiter) Leave(satisfied bool) {
 	w.conn.leave(w, satisfied)
 }
 
-// setTag names the Waiter so that a message "@" + tag on its channel wakes it,
-// and only it: how a Redis-side queue hands a release to the waiter at its head,
+// SetTag names the Waiter so that a message AddressPrefix + tag on its
+// channel wakes it, and only it among the untagged and differently tagged
+// Waiters: how a Redis-side queue hands a release to the waiter at its head,
 // wherever that waiter lives. An empty tag removes the name. Changing the tag
-// discards the data of messages addressed to the former one (see takeData).
-// The lock packages reach it through internal/pubsubx.
-func (w *Waiter) setTag(tag string) { w.setTagKeeping(tag, nil) }
+// discards the data of messages addressed to the former one (see TakeData).
+func (w *Waiter) SetTag(tag string) { w.SetTagKeeping(tag, nil) }
 
-// setTagKeeping tags the Waiter as setTag does and sets the rule by which it
-// keeps the data of addressed messages until it takes them: with keep nil,
-// the last message's data (one without data leaves it); else a message
+// SetTagKeeping tags the Waiter as SetTag does and sets the rule by which it
+// keeps the data of addressed messages until TakeData takes them: with keep
+// nil, the last message's data (one without data leaves it); else a message
 // replaces the data held only when keep(held, next) is false, and one
 // without data, like every wake from a budget message or a resubscription,
-// offers hook.WakeData (a re-check now). Anyone may publish on a channel: a
-// message that proves nothing must not displace one that does, nor one
-// asking for an earlier re-check. keep runs on the connection's reading
-// goroutine, with the connection's lock held: it must be quick.
-func (w *Waiter) setTagKeeping(tag string, keep func(held, next string) bool) {
+// offers WakeData (a re-check now). For a queued waiter, whose channel anyone
+// may publish on: a message that proves nothing must not displace one that
+// does (a grant), nor one asking for an earlier re-check. keep runs on the
+// connection's reading goroutine, with the connection's lock held: it must be
+// quick.
+func (w *Waiter) SetTagKeeping(tag string, keep func(held, next string) bool) {
 	w.conn.mu.Lock()
 	if w.tag != tag {
 		w.data = ""
@@ -119,7 +118,7 @@ func (w *Waiter) setTagKeeping(tag string, keep func(held, next string) bool) {
 	w.conn.mu.Unlock()
 }
 
-// offer leaves data for the Waiter (see setTagKeeping); "" for a wake without
+// offer leaves data for the Waiter (see SetTagKeeping); "" for a wake without
 // data. Called with conn.mu held.
 func (w *Waiter) offer(data string) {
 	if w.keep == nil {
@@ -129,7 +128,7 @@ func (w *Waiter) offer(data string) {
 		return
 	}
 	if data == "" {
-		data = hook.WakeData
+		data = WakeData
 	}
 	if w.data == "" || !w.keep(w.data, data) {
 		w.data = data
@@ -143,12 +142,13 @@ func (w *Waiter) wakeNow() bool {
 	return w.signal()
 }
 
-// takeData returns and clears the data of the message addressed to the
-// Waiter's tag that it kept (see setTagKeeping): a message "@" + tag + " " +
-// data stores data before it wakes the Waiter, so a Redis-side queue can hand
-// the resource itself (a lock granted, with its fencing token) along with the
-// wake-up. It returns "" when no such message came since the last call.
-func (w *Waiter) takeData() string {
+// TakeData returns and clears the data of the message addressed to the
+// Waiter's tag that it kept (see SetTagKeeping): a message AddressPrefix +
+// tag + AddressDataSeparator + data stores data before it wakes the Waiter,
+// so that a Redis-side queue can hand the resource itself (a lock granted,
+// with its fencing token) along with the wake-up. It returns "" when no such
+// message came since the last call.
+func (w *Waiter) TakeData() string {
 	w.conn.mu.Lock()
 	d := w.data
 	w.data = ""
@@ -172,11 +172,11 @@ func (w *Waiter) signal() bool {
 	}
 }
 
-// ignoreBudget makes the Waiter pass over budget messages (see the package
-// documentation): only a message addressed to its tag, WakeAll, a reconnect or
+// IgnoreBudget makes the Waiter pass over budget messages (see package
+// pubsub): only a message addressed to its tag, WakeAll, a reconnect or
 // Notify wake it. For a listener that waits for no release of its own, so
 // that it never takes a wake-up meant for a waiter.
-func (w *Waiter) ignoreBudget() {
+func (w *Waiter) IgnoreBudget() {
 	w.conn.mu.Lock()
 	w.deaf = true
 	w.conn.mu.Unlock()

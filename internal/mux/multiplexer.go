@@ -1,4 +1,4 @@
-package pubsub
+package mux
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // WakeAll is the message payload that wakes every Waiter of a channel. Other
-// payloads are budgets (see the package documentation).
+// payloads are budgets (see package pubsub).
 const WakeAll = "*"
 
 // Multiplexer shares a few dedicated pub/sub connections among all Waiters of
@@ -19,7 +19,7 @@ const WakeAll = "*"
 // use. Connections are opened on the first Subscribe.
 type Multiplexer struct {
 	client rueidis.Client
-	cfg    config
+	cfg    Config
 	seed   maphash.Seed
 	conns  []*conn
 
@@ -33,13 +33,14 @@ type Multiplexer struct {
 	mode     atomic.Int32 // modeUnknown until Sharded decides
 }
 
-// New returns a Multiplexer over client. It does not talk to Redis until the
-// first Subscribe.
-func New(client rueidis.Client, opts ...Option) (*Multiplexer, error) {
+// New returns a Multiplexer over client, configured by opts (package
+// pubsub's Options, which check their values; nil ones are skipped). It does
+// not talk to Redis until the first Subscribe.
+func New[O Option](client rueidis.Client, opts ...O) (*Multiplexer, error) {
 	if client == nil {
 		return nil, fmt.Errorf("pubsub: nil rueidis client")
 	}
-	cfg := defaultConfig()
+	cfg := DefaultConfig()
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -48,12 +49,12 @@ func New(client rueidis.Client, opts ...Option) (*Multiplexer, error) {
 			return nil, err
 		}
 	}
-	if cfg.sharding == ShardingSharded && client.Mode() != rueidis.ClientModeCluster {
+	if cfg.Sharding == ShardingSharded && client.Mode() != rueidis.ClientModeCluster {
 		return nil, fmt.Errorf("pubsub: sharded pub/sub needs a Redis Cluster client, got mode %v", client.Mode())
 	}
 	m := &Multiplexer{client: client, cfg: cfg, seed: maphash.MakeSeed(), closed: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.conns = make([]*conn, cfg.connections)
+	m.conns = make([]*conn, cfg.Connections)
 	for i := range m.conns {
 		m.conns[i] = newConn(m)
 	}
@@ -82,19 +83,30 @@ func (m *Multiplexer) Subscribe(ctx context.Context, channel string) (*Waiter, e
 // On error (ctx done, Multiplexer closed, subscription refused) nothing is
 // left behind.
 func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, weight int64) (*Waiter, error) {
+	w := new(Waiter)
+	if err := m.SubscribeInto(ctx, w, channel, weight); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// SubscribeInto is SubscribeWeighted for a Waiter that the caller allocated
+// (package pubsub's Waiter holds one by value, which saves an allocation per
+// wait); w must be zero, and is unused after an error.
+func (m *Multiplexer) SubscribeInto(ctx context.Context, w *Waiter, channel string, weight int64) error {
 	if channel == "" {
-		return nil, ErrInvalidChannel
+		return ErrInvalidChannel
 	}
 	if weight < 1 {
 		weight = 1
 	}
 	if _, err := m.Sharded(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	c := m.connFor(channel)
-	w, ready, err := c.join(channel, weight)
+	ready, err := c.join(w, channel, weight)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	select {
 	case <-ready:
@@ -103,31 +115,30 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 		c.mu.Unlock()
 		if err != nil {
 			w.Leave(true)
-			return nil, err
+			return err
 		}
-		return w, nil
+		return nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		last := w.entry.lastErr
 		c.mu.Unlock()
 		w.Leave(false)
 		if last != nil {
-			return nil, fmt.Errorf("pubsub: subscribe %q: %w (last error: %w)", channel, ctx.Err(), last)
+			return fmt.Errorf("pubsub: subscribe %q: %w (last error: %w)", channel, ctx.Err(), last)
 		}
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-m.closed:
 		w.Leave(false)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 }
 
-// subscribeIfLive queues a new Waiter on channel, as SubscribeWeighted does,
+// SubscribeIfLive queues a new Waiter on channel, as SubscribeWeighted does,
 // only when the channel's subscription is live: confirmed by Redis on the
 // current connection (other Waiters are on it, or it lingers). It never waits
-// and sends nothing; it returns nil when the channel is not subscribed, or is
-// being resubscribed after a reconnect. The lock packages reach it through
-// internal/pubsubx.
-func (m *Multiplexer) subscribeIfLive(channel string, weight int64) *Waiter {
+// and sends nothing; it returns nil when the channel is not subscribed, is
+// being resubscribed after a reconnect, or m is closed.
+func (m *Multiplexer) SubscribeIfLive(channel string, weight int64) *Waiter {
 	if channel == "" {
 		return nil
 	}
