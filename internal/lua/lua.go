@@ -19,6 +19,8 @@ var (
 	queueLibOnly string
 	//go:embed fence_lib.lua
 	fenceLibOnly string
+	//go:embed queue_inspect_lib.lua
+	queueInspectLibOnly string
 	//go:embed mutex_lib.lua
 	mutexLibOnly string
 	//go:embed acquire.lua
@@ -116,11 +118,11 @@ var (
 
 // Read-only scripts that report a lock as it stands (holders, queue), one
 // round trip each, for the Inspect methods. They read the queue with
-// queue_lib.lua (and change nothing).
+// queue_inspect_lib.lua (and change nothing).
 var (
-	Inspect    = rueidis.NewLuaScript(queueLibSrc + inspectSrc)
-	RWInspect  = rueidis.NewLuaScript(queueLibSrc + rwInspectSrc)
-	SemInspect = rueidis.NewLuaScript(queueLibSrc + semInspectSrc)
+	Inspect    = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + inspectSrc)
+	RWInspect  = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + rwInspectSrc)
+	SemInspect = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + semInspectSrc)
 )
 
 // Probe checks that the current ACL user may run every command the scripts and

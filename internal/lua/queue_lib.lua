@@ -118,16 +118,8 @@ local function queue_dequeue(q, entry)
   redis.call('ZREM', q.waiters, entry)
 end
 
--- Forgets waiters whose deadline passed (their process stopped re-checking).
-local function queue_purge(q, now)
-  now = now or now_ms()
-  local gone = redis.call('ZRANGEBYSCORE', q.waiters, '-inf', now, 'LIMIT', 0, 1000)
-  for _, entry in ipairs(gone) do
-    queue_dequeue(q, entry)
-  end
-end
-
--- Returns the head entry after forgetting lapsed waiters, its arrival number
+-- Returns the head entry after forgetting lapsed waiters (whose process
+-- stopped re-checking: their deadline passed), its arrival number
 -- and the QUEUE_CHASE entries behind it (the head once it leaves, and so on);
 -- nil when no one waits. Costs one command when no one waits (the clock is
 -- read only when someone does).
@@ -137,7 +129,9 @@ local function queue_head(q)
     return nil
   end
   if tonumber(first[2]) <= now_ms() then
-    queue_purge(q)
+    for _, entry in ipairs(redis.call('ZRANGEBYSCORE', q.waiters, '-inf', clock_ms, 'LIMIT', 0, 1000)) do
+      queue_dequeue(q, entry)
+    end
   end
   local scored = redis.call('ZRANGE', q.queue, 0, QUEUE_CHASE, 'WITHSCORES')
   local behind = {}
@@ -147,19 +141,17 @@ local function queue_head(q)
   return scored[1], tonumber(scored[2]), behind
 end
 
--- A new arrival number, given the counter's number before (nil for none).
-local function queue_arrival(before)
+-- A new arrival number, given the counter's number before (nil for none);
+-- seq, when given, is the counter key, set to it.
+local function queue_arrival(before, seq)
   now_ms()
-  return math.max((before or 0) + 1, clock_us)
-end
-
--- A new arrival number from the counter key seq (SET .. GET: one command per
--- place, as INCR would be; queue_enqueue sets its expiry).
-local function queue_arrive(seq)
-  now_ms()
-  local before = tonumber(redis.call('SET', seq, string.format('%d', clock_us), 'GET') or '0')
-  local a = queue_arrival(before)
-  if a ~= clock_us then
+  if seq then
+    -- (SET .. GET: one command per place, as INCR would be; queue_enqueue
+    -- sets its expiry.)
+    before = redis.call('SET', seq, string.format('%d', clock_us), 'GET')
+  end
+  local a = math.max((tonumber(before) or 0) + 1, clock_us)
+  if seq and a ~= clock_us then
     redis.call('SET', seq, string.format('%d', a))
   end
   return a
@@ -175,7 +167,7 @@ end
 local function queue_enqueue(q, entry, recheck, arrive, look)
   local arrival = look == nil and tonumber(redis.call('ZSCORE', q.queue, entry))
   if not arrival then
-    arrival = arrive and arrive() or queue_arrive(q.seq)
+    arrival = arrive and arrive() or queue_arrival(nil, q.seq)
     redis.call('ZADD', q.queue, 'NX', arrival, entry)
     if look == 'blind' then
       arrival = nil
@@ -227,21 +219,3 @@ local function queue_chase(q, now, claimed, entries, skip, publish, address)
   end
 end
 
--- The first max waiters of q from the head, for an inspection: {owner,
--- arrival, deadline ('' when it has none), lease, ask, ...}, ask without the
--- limit a semaphore waiter insists on (its secret is not returned).
-local function queue_waiters(q, max)
-  local out = {}
-  local scored = redis.call('ZRANGE', q.queue, 0, max - 1, 'WITHSCORES')
-  for i = 1, #scored, 2 do
-    local owner, lease, _, _, ask = queue_parse(scored[i])
-    if owner then
-      out[#out + 1] = owner
-      out[#out + 1] = string.format('%d', tonumber(scored[i + 1]))
-      out[#out + 1] = redis.call('ZSCORE', q.waiters, scored[i]) or ''
-      out[#out + 1] = string.format('%d', lease)
-      out[#out + 1] = string.match(ask, '^[^=]*')
-    end
-  end
-  return out
-end
