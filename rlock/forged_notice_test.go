@@ -329,7 +329,7 @@ func TestForgedNoticeKeepsRWHandOff(t *testing.T) {
 		}
 		return len(q) == 1
 	})
-	owner := entry[strings.LastIndex(entry, "/")+1:]
+	owner, _, _ := strings.Cut(entry, "/")
 
 	before := fc.g.delivered()
 	if err := holder.Unlock(held); err != nil { // grants the lock to w

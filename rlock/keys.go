@@ -9,7 +9,7 @@ const MaxNameLength = core.MaxNameLength
 // {name}, so it lives in one Redis Cluster slot and one script may touch it all.
 type keys struct {
 	lock    string // hash: owner field -> hold count
-	fence   string // fencing counter, kept a lease past its last token (see mutex_tokens)
+	fence   string // fencing counter, kept a lease past its last token (see fence_lib.lua)
 	queue   string // zset: waiting owner field -> arrival number
 	waiters string // zset: waiting owner field -> deadline
 	seq     string // arrival counter; expires with the queue, after its last deadline

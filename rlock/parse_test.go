@@ -38,9 +38,10 @@ func TestParseAcquireReply(t *testing.T) {
 
 func TestParseGrant(t *testing.T) {
 	const secret = "00112233445566778899aabbccddeeff"
+	// A grant proves the arrival number of the place granted first (here 9).
 	signed := func(secret, grant string) string {
-		sum := sha1.Sum([]byte(secret + ":" + grant))
-		return grant + ":" + hex.EncodeToString(sum[:])
+		sum := sha1.Sum([]byte(secret + ":9:" + grant))
+		return "9:" + grant + ":" + hex.EncodeToString(sum[:])
 	}
 	for in, want := range map[string]grant{"1:1:0": {1, 1, 0}, "42:50:7": {42, 50, 7},
 		"18446744073709551615:18446744073709551615:0": {1<<64 - 1, 1<<64 - 1, 0}} {
@@ -55,9 +56,9 @@ func TestParseGrant(t *testing.T) {
 		}
 	}
 	// Without the secret no grant can be made, nor what it says changed.
-	forged := []string{"1:2:0", "1:2:0:", "1:2:0:" + strings.Repeat("0", 40), signed("another secret", "1:2:0"),
+	forged := []string{"9:1:2:0", "9:1:2:0:", "9:1:2:0:" + strings.Repeat("0", 40), signed("another secret", "1:2:0"),
 		strings.Replace(signed(secret, "1:2:0"), "1:2:0", "1:3:0", 1), strings.Replace(signed(secret, "1:2:0"), "1:2:0", "1:2:5", 1),
-		strings.ToUpper(signed(secret, "1:2:0"))}
+		strings.Replace(signed(secret, "1:2:0"), "9:", "8:", 1), strings.ToUpper(signed(secret, "1:2:0"))}
 	for _, in := range forged {
 		if g, ok := parseGrant(in, secret); ok {
 			t.Errorf("parseGrant(%q) = %+v: a forged grant was accepted", in, g)
@@ -141,15 +142,15 @@ func TestParseRWAcquireReply(t *testing.T) {
 }
 
 // rwProof is what rw_lib.lua sends a waiter with secret for its place
-// arrival, granted under token: "arrival:mac".
+// arrival, granted under token: "arrival:token:mac".
 func rwProof(secret, token, arrival string) string {
-	sum := sha1.Sum([]byte(secret + ":" + token + ":" + arrival))
-	return arrival + ":" + hex.EncodeToString(sum[:])
+	sum := sha1.Sum([]byte(secret + ":" + arrival + ":" + token))
+	return arrival + ":" + token + ":" + hex.EncodeToString(sum[:])
 }
 
 func TestParseWriteGrant(t *testing.T) {
 	const secret = "00112233445566778899aabbccddeeff"
-	grant := func(token, arrival string) string { return token + ":" + rwProof(secret, token, arrival) }
+	grant := func(token, arrival string) string { return rwProof(secret, token, arrival) }
 	if tok, ok := parseWriteGrant(grant("42", "1795339258522001"), secret, 1795339258522001); !ok || tok != 42 {
 		t.Errorf("a good grant: %d, %v", tok, ok)
 	}
@@ -161,8 +162,8 @@ func TestParseWriteGrant(t *testing.T) {
 	}
 	// Without the secret no grant can be made, nor what it says changed.
 	good := grant("42", "7")
-	for _, in := range []string{"42:7:" + strings.Repeat("0", 40), "42:" + rwProof("another secret", "42", "7"),
-		strings.Replace(good, "42:", "43:", 1), strings.ToUpper(good)} {
+	for _, in := range []string{"7:42:" + strings.Repeat("0", 40), rwProof("another secret", "42", "7"),
+		strings.Replace(good, ":42:", ":43:", 1), strings.ToUpper(good)} {
 		if tok, ok := parseWriteGrant(in, secret, 7); ok {
 			t.Errorf("parseWriteGrant(%q) = %d: a forged grant was accepted", in, tok)
 		}
@@ -174,14 +175,15 @@ func TestParseWriteGrant(t *testing.T) {
 
 func TestParseReadGrant(t *testing.T) {
 	const mine, other = "00112233445566778899aabbccddeeff", "ffeeddccbbaa99887766554433221100"
-	batch := "42 " + rwProof(other, "42", "5") + " " + rwProof(mine, "42", "7") + " " + rwProof(other, "42", "70")
+	batch := rwProof(other, "42", "5") + " " + rwProof(mine, "42", "7") + " " + rwProof(other, "42", "70")
 	for arrival, want := range map[uint64]bool{7: true, 5: false, 70: false, 8: false, 0: false} {
 		if tok, ok := parseReadGrant(batch, mine, arrival); ok != want || ok && tok != 42 {
 			t.Errorf("place %d: parseReadGrant = %d, %v; want a grant: %v", arrival, tok, ok, want)
 		}
 	}
-	for _, in := range []string{"", "~3000", "42", "42 ", "42 7", "42 7:", "0 " + rwProof(mine, "0", "7"), "43 " + rwProof(mine, "42", "7"),
-		"42 " + rwProof(other, "42", "7"), "42 " + strings.ToUpper(rwProof(mine, "42", "7")), "42:" + rwProof(mine, "42", "7")} {
+	for _, in := range []string{"", "~3000", "42", "42 ", "7", "7:", "7:42", rwProof(mine, "0", "7"),
+		strings.Replace(rwProof(mine, "42", "7"), ":42:", ":43:", 1), rwProof(other, "42", "7"),
+		strings.ToUpper(rwProof(mine, "42", "7")), "42:" + rwProof(mine, "42", "7"), "42 " + rwProof(mine, "42", "8")} {
 		if tok, ok := parseReadGrant(in, mine, 7); ok {
 			t.Errorf("parseReadGrant(%q) = %d: accepted", in, tok)
 		}

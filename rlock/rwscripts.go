@@ -2,9 +2,6 @@ package rlock
 
 import (
 	"context"
-	"crypto/sha1"
-	"crypto/subtle"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -213,56 +210,33 @@ func rwRenewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) 
 const readTag = "r"
 
 // parseWriteGrant decodes the data of a message granting the write lock to a
-// queued writer (see rw_lib.lua): "token:arrival:mac", the writer's fencing
-// token and the arrival number of the place it was granted to, which must be
-// arrival, the place the writer's last check saw; mac must be
-// sha1hex(secret:token:arrival) for the writer's secret. Anyone may publish on
-// the channel; without the secret no one can forge a grant or alter it.
+// queued writer (see rw_lib.lua): a proof (see core.ParseGrant) of the
+// writer's fencing token, for the place arrival, which the writer's last
+// check saw (a grant to another place, read late, is not for this attempt).
 func parseWriteGrant(data, secret string, arrival uint64) (token uint64, ok bool) {
-	fields := strings.SplitN(data, ":", 3)
-	if len(fields) != 3 {
+	g, ok := core.ParseGrant(data, secret, 1)
+	if !ok || arrival == 0 || g.Arrival != arrival || g.Fields[0] == 0 {
 		return 0, false
 	}
-	return checkRWGrant(fields[0], fields[1], fields[2], secret, arrival)
+	return g.Fields[0], true
 }
 
 // parseReadGrant finds in the data of a message granting the read lock to
-// readers queued together (see rw_lib.lua), "token arrival:mac arrival:mac
-// ...", the proof for the place arrival, which the reader's last check saw,
-// and checks it as parseWriteGrant does. ok is false when the message grants
-// nothing to that place (the reader was not in the batch) or does not prove it.
+// readers queued together (see rw_lib.lua), space-separated proofs, the one
+// for the place arrival, which the reader's last check saw, and checks it as
+// parseWriteGrant does. ok is false when the message grants nothing to that
+// place (the reader was not in the batch) or does not prove it.
 func parseReadGrant(data, secret string, arrival uint64) (token uint64, ok bool) {
-	tok, proofs, found := strings.Cut(data, " ")
-	if !found || arrival == 0 {
+	if arrival == 0 {
 		return 0, false
 	}
-	a := strconv.FormatUint(arrival, 10)
-	for proofs != "" {
+	a := strconv.FormatUint(arrival, 10) + ":"
+	for data != "" {
 		var proof string
-		proof, proofs, _ = strings.Cut(proofs, " ")
-		if at, mac, _ := strings.Cut(proof, ":"); at == a {
-			return checkRWGrant(tok, at, mac, secret, arrival)
+		proof, data, _ = strings.Cut(data, " ")
+		if strings.HasPrefix(proof, a) {
+			return parseWriteGrant(proof, secret, arrival)
 		}
 	}
 	return 0, false
-}
-
-// checkRWGrant checks the fields of one grant: a decimal token, the expected
-// arrival number as rw_lib.lua writes it, and mac =
-// sha1hex(secret:token:arrival).
-func checkRWGrant(tok, at, mac, secret string, arrival uint64) (uint64, bool) {
-	if len(tok) == 0 || len(tok) > 20 || len(mac) != 2*sha1.Size || arrival == 0 || at != strconv.FormatUint(arrival, 10) {
-		return 0, false
-	}
-	token, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil || token == 0 {
-		return 0, false
-	}
-	sum := sha1.Sum([]byte(secret + ":" + tok + ":" + at))
-	var want [2 * sha1.Size]byte
-	hex.Encode(want[:], sum[:])
-	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
-		return 0, false
-	}
-	return token, true
 }

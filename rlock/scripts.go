@@ -2,14 +2,10 @@ package rlock
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha1"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/relockio/relock/internal/core"
@@ -76,13 +72,7 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	return r, nil
 }
 
-// newSecret returns a waiter's secret: 128 random bits in hex, the proof a
-// hand-off message must carry (see mutex_lib.lua).
-func newSecret() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
-}
+func newSecret() string { return core.NewSecret() }
 
 // grant is a hand-off to a queued waiter, as its message tells it.
 type grant struct {
@@ -91,39 +81,23 @@ type grant struct {
 }
 
 // parseGrant decodes the data of a message handing the lock to a queued
-// waiter (see mutex_lib.lua): "first:last:left:mac", the fencing tokens
-// reserved for it (positive decimals, first <= last), the waiters queued
-// behind it, and mac, which must be sha1hex(secret:first:last:left) for the
-// waiter's secret. Anyone may publish on the channel; without the secret no
-// one can forge a grant or alter what it says.
+// waiter (see mutex_lib.lua): a proof (see core.ParseGrant) of the fencing
+// tokens first..last reserved for it (first positive, first <= last) and the
+// waiters queued behind it. The waiter takes only tokens above the fencing
+// counter its last attempt saw, which a grant it let lapse never has.
 func parseGrant(data, secret string) (g grant, ok bool) {
-	fields := strings.SplitN(data, ":", 4)
-	if len(fields) != 4 {
+	p, ok := core.ParseGrant(data, secret, 3)
+	first, last, left := p.Fields[0], p.Fields[1], p.Fields[2]
+	if !ok || first == 0 || last < first || left > math.MaxInt64 {
 		return grant{}, false
 	}
-	a, b, c, mac := fields[0], fields[1], fields[2], fields[3]
-	if len(a) == 0 || len(a) > 20 || len(b) == 0 || len(b) > 20 || len(c) == 0 || len(c) > 20 || len(mac) != 2*sha1.Size {
-		return grant{}, false
-	}
-	first, err1 := strconv.ParseUint(a, 10, 64)
-	last, err2 := strconv.ParseUint(b, 10, 64)
-	left, err3 := strconv.ParseInt(c, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || first == 0 || last < first || left < 0 {
-		return grant{}, false
-	}
-	sum := sha1.Sum([]byte(secret + ":" + a + ":" + b + ":" + c))
-	var want [2 * sha1.Size]byte
-	hex.Encode(want[:], sum[:])
-	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
-		return grant{}, false
-	}
-	return grant{first: first, last: last, left: left}, true
+	return grant{first: first, last: last, left: int64(left)}, true
 }
 
 // recheckCap is the longest a queued waiter waits before re-checking: sooner
 // than the holder's lease end only behind a lock with no expiry or a long one.
 // Redis keeps its place for a grace period past the re-check it planned (see
-// mutex_lib.lua and rw_lib.lua).
+// queue_grace).
 func recheckCap(c *core.Client) time.Duration { return c.Cfg.WatchdogTimeout * 4 / 5 }
 
 // acquireArgs is one call of acquire.lua.
@@ -214,7 +188,7 @@ type successorPlace struct {
 func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next successorPlace, bury bool) (releaseReply, error) {
 	entry := ""
 	if next.owner != "" {
-		entry = next.owner + "/" + ms(c.Cfg.WatchdogTimeout) + "/" + ms(c.Cfg.ClaimWindow) + "/" + next.secret
+		entry = core.QueueEntry(next.owner, c.Cfg.WatchdogTimeout, c.Cfg.ClaimWindow, next.secret, "")
 	}
 	tombstone := "0"
 	if bury {

@@ -227,7 +227,7 @@ func TestCostPerAcquisition(t *testing.T) {
 	// (the waiter queued next planned to re-check within the grant's claim
 	// window: no notice), and about 27.5 commands in all (see sem_lib.lua;
 	// the half is the look at the second waiter behind a claimed grant, see
-	// SEM_CHASE), no more than a tenth above the Mutex's.
+	// QUEUE_CHASE), no more than a tenth above the Mutex's.
 	if sem.scripts > 2.1 || sem.publishes > 1.05 || sem.commands > 28 || sem.commands > 1.1*handoff.commands {
 		t.Errorf("semaphore.NewLock costs %v per acquisition, want at most 2.1 scripts, 1.05 publishes and 28 commands, and at most 1.1x the Mutex's commands (%v)", sem, handoff)
 	}

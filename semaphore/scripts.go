@@ -2,12 +2,9 @@ package semaphore
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha1"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +43,7 @@ func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (
 
 // recheckCap is the longest a queued waiter waits before re-checking (sooner
 // when the earliest held permit expires sooner). Redis keeps its place for a
-// grace period past the re-check it planned (see sem_lib.lua), and a grant
+// grace period past the re-check it planned (queue_grace, set in sem_lib.lua), and a grant
 // that permits ahead are held for a claim window only comes with a notice
 // when the head planned to re-check later.
 func recheckCap(c *core.Client) time.Duration { return c.Cfg.WatchdogTimeout / 3 }
@@ -137,11 +134,10 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 // entry is a waiter's queue entry, as sem_acquire.lua builds it from its
 // arguments (see sem_lib.lua).
 func (s *Semaphore) entry(id, want string, lease time.Duration, secret string) string {
-	exact := ""
 	if s.exact {
-		exact = s.limit
+		want += "=" + s.limit
 	}
-	return id + "/" + want + "/" + ms(lease) + "/" + ms(s.c.Cfg.ClaimWindow) + "/" + exact + "/" + secret
+	return core.QueueEntry(id, lease, s.c.Cfg.ClaimWindow, secret, want)
 }
 
 // releaseScript runs sem_release.lua; retry tells that an earlier attempt of
@@ -168,13 +164,7 @@ func (s *Semaphore) giveBackOnLapse(h *core.Hold) {
 	h.GiveBack = func(ctx context.Context) error { return s.abandonScript(ctx, h.Owner, "") }
 }
 
-// newSecret returns a waiter's secret: 128 random bits in hex, the proof a
-// grant message must carry (see sem_lib.lua).
-func newSecret() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return hex.EncodeToString(b[:])
-}
+func newSecret() string { return core.NewSecret() }
 
 // grant is a hand-off of permits to a queued waiter, as its message tells it.
 type grant struct {
@@ -183,34 +173,17 @@ type grant struct {
 }
 
 // parseGrant decodes the data of a message handing permits to a queued waiter
-// (see sem_lib.lua): "n:a:mac", n the permits granted and a the arrival
-// number of the place they were granted to, positive decimals, and mac, which
-// must be sha1hex(secret:n:a) for the waiter's secret. Anyone may publish on
-// the channel; without the secret no one can forge a grant or alter what it
-// says. A recorded grant published again proves itself still: the waiter
-// takes only one to the place its last attempt reported (see
-// acquisition.handedOff), and no place is given the number of another.
+// (see sem_lib.lua): a proof (see core.ParseGrant) of the permits granted
+// (positive) to the place arrival. A recorded grant published again proves
+// itself still: the waiter takes only one to the place its last attempt
+// reported (see acquisition.handedOff), and no place is given the number of
+// another.
 func parseGrant(data, secret string) (g grant, ok bool) {
-	fields := strings.SplitN(data, ":", 3)
-	if len(fields) != 3 || secret == "" {
+	p, ok := core.ParseGrant(data, secret, 1)
+	if !ok || p.Fields[0] == 0 || p.Fields[0] > math.MaxInt64 {
 		return grant{}, false
 	}
-	count, at, mac := fields[0], fields[1], fields[2]
-	if len(count) == 0 || len(count) > 20 || len(at) == 0 || len(at) > 20 || len(mac) != 2*sha1.Size {
-		return grant{}, false
-	}
-	n, err1 := strconv.ParseInt(count, 10, 64)
-	arrival, err2 := strconv.ParseUint(at, 10, 64)
-	if err1 != nil || err2 != nil || n < 1 || arrival == 0 {
-		return grant{}, false
-	}
-	sum := sha1.Sum([]byte(secret + ":" + count + ":" + at))
-	var want [2 * sha1.Size]byte
-	hex.Encode(want[:], sum[:])
-	if subtle.ConstantTimeCompare(want[:], []byte(mac)) != 1 {
-		return grant{}, false
-	}
-	return grant{n: n, arrival: arrival}, true
+	return grant{n: int64(p.Fields[0]), arrival: p.Arrival}, true
 }
 
 // abandon gives up id (queued under entry, if at all), for a waiter that

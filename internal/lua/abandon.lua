@@ -7,7 +7,7 @@
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  tombstone of the owner field
--- KEYS[3]  queue zset (see mutex_lib.lua)
+-- KEYS[3]  queue zset (see queue_lib.lua)
 -- KEYS[4]  waiter deadlines zset
 -- KEYS[5]  fencing counter
 -- ARGV[1]  owner field
@@ -20,7 +20,7 @@
 -- ARGV[7]  "1" to leave the tombstone, "0" when no acquire.lua for the owner
 --          can be in flight (a waiter that got the lock otherwise)
 -- ARGV[8]  the owner's secret (its queue entry names it)
--- ARGV[9]  grant channel prefix (see mutex_lib.lua)
+-- ARGV[9]  grant channel prefix (see queue_lib.lua)
 -- ARGV[10] the owner's claim window in milliseconds (its queue entry names it)
 --
 -- Returns 1 when the field held the lock and was removed, 0 otherwise. When the
@@ -28,13 +28,13 @@
 -- owner held it), so that the next waiter is not delayed by the one that left.
 -- A NOPERM error names a command this call may run that the user may not:
 -- nothing was changed.
-local lock, owner = KEYS[1], ARGV[1]
+local lock, owner, q = KEYS[1], ARGV[1], {queue = KEYS[3], waiters = KEYS[4]}
 -- (Messages that may not be published are left out, and a head waiter who
 -- could not be told is not handed the lock: see mutex_handoff. The owner
 -- field is given up all the same.)
 local denied = lock_denied(function(c)
   return c('SET', KEYS[2], '1', 'PX', '1') and c('HDEL', lock, 'f') and
-    c('EXISTS', lock) and mutex_may_grant(c, lock) and mutex_may(c, KEYS[5], KEYS[3], KEYS[4])
+    c('EXISTS', lock) and mutex_may(c, lock, q, KEYS[5])
 end)
 if denied then
   return denied
@@ -42,13 +42,13 @@ end
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
 end
-mutex_dequeue(KEYS[3], KEYS[4], mutex_entry(owner, ARGV[2], ARGV[10], ARGV[8]))
+queue_dequeue(q, queue_entry(owner, ARGV[2], ARGV[10], ARGV[8], ''))
 local held = redis.call('HDEL', lock, owner)
 if redis.call('EXISTS', lock) == 0 then
   local message = nil
   if held == 1 then
     message = ARGV[5]
   end
-  mutex_handoff(lock, KEYS[5], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[9], message, nil, tonumber(ARGV[6]))
+  mutex_handoff(lock, KEYS[5], q, ARGV[3], ARGV[4], ARGV[9], message, nil, tonumber(ARGV[6]))
 end
 return held

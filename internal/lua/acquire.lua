@@ -1,13 +1,12 @@
 -- acquire: take or re-enter a reentrant lock held as a hash of owner -> hold
 -- count. Contended acquisitions queue in arrival order, and a lock that becomes
 -- free goes to the waiter at the head of the queue, and to no one else: it is
--- handed to it directly (see mutex_lib.lua).
+-- handed to it directly (see mutex_lib.lua and queue_lib.lua).
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  fencing counter (a plain integer key, kept a lease past its last
---          token, see mutex_tokens)
+-- KEYS[2]  fencing counter (see fence_lib.lua)
 -- KEYS[3]  tombstone of this owner field, written by abandon.lua
--- KEYS[4]  queue zset (see mutex_lib.lua)
+-- KEYS[4]  queue zset (see queue_lib.lua)
 -- KEYS[5]  waiter deadlines zset
 -- KEYS[6]  arrival counter
 -- KEYS[7]  re-entry only: result latch of this request (same hash tag)
@@ -18,20 +17,20 @@
 -- ARGV[4]  "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[5]  the longest a queued waiter waits before re-checking (ms; it
 --          re-checks sooner when the holder's lease ends sooner): its place
---          lapses its lease later (see mutex_grace)
+--          lapses its lease later (see queue_grace)
 -- ARGV[6]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[7]  unlock channel
 -- ARGV[8]  fencing tokens to reserve when this call takes the lock (1, or a
 --          block the holder may pass on to goroutines of its own process)
 -- ARGV[9]  fencing tokens to reserve for a queued waiter handed the lock
 -- ARGV[10] this waiter's secret (hex), part of its queue entry: a hand-off
---          message proves itself with it (see mutex_lib.lua)
+--          message proves itself with it (see queue_lib.lua)
 -- ARGV[11] re-entry only: latch lifetime in milliseconds
 -- ARGV[12] grant channel prefix: a waiter handed the lock is told on it (see
 --          mutex_lib.lua)
 -- ARGV[13] this waiter's claim window in milliseconds, part of its queue
 --          entry: a hand-off grants the lock for the shorter of it and the
---          lease (see mutex_lib.lua)
+--          lease (see queue_lib.lua)
 --
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached instead of counting
@@ -47,7 +46,7 @@
 --                      milliseconds (-1 when the key has no expiry; a holder
 --                      just handed the lock: its claim window), fence the
 --                      fencing counter now (the server clock in microseconds
---                      if unset, see mutex_fence_seen): a hand-off message
+--                      if unset, see fence_seen): a hand-off message
 --                      whose tokens are not above it was sent before this call
 --                      and is stale
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
@@ -56,7 +55,7 @@
 --                      (named in the error): nothing was changed; or, the
 --                      lock being free, may not publish on the grant channel
 --                      of the waiter queued first: the lock was left free
-local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[4], KEYS[5]
+local lock, fence, q = KEYS[1], KEYS[2], {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
 
 if ARGV[3] == '1' then
@@ -85,8 +84,7 @@ if ARGV[3] == '1' then
 end
 
 local denied = lock_denied(function(c)
-  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HGET', lock, 'f') and
-    mutex_may_grant(c, lock) and mutex_may(c, fence, queue, waiters) and mutex_may_seq(c, KEYS[6])
+  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HGET', lock, 'f') and mutex_may(c, lock, q, fence)
 end)
 if denied then
   return denied
@@ -94,26 +92,26 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
-local entry = mutex_entry(owner, lease, ARGV[13], ARGV[10])
+local entry = queue_entry(owner, lease, ARGV[13], ARGV[10], '')
 local wait = redis.call('PTTL', lock)
 if wait == -2 then
   -- Free: ours unless others queued first; then it goes to the head (who
   -- missed its hand-off, say because the last holder's lease ran out).
   local _
-  wait, _, denied = mutex_handoff(lock, fence, queue, waiters, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
+  wait, _, denied = mutex_handoff(lock, fence, q, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
   if denied then
     return denied
   end
   if wait <= 0 then
     local left = 0
     if wait < 0 then
-      mutex_dequeue(queue, waiters, entry)
-      left = redis.call('ZCARD', queue)
+      queue_dequeue(q, entry)
+      left = redis.call('ZCARD', q.queue)
     end
     redis.call('HSET', lock, owner, 1)
     redis.call('PEXPIRE', lock, lease)
     local block = tonumber(ARGV[8])
-    local last = mutex_tokens(fence, block, lease)
+    local last = fence_tokens(fence, block, lease)
     return {1, last - block + 1, 1, last, left}
   end
 else
@@ -122,8 +120,8 @@ else
     -- Handed to us while we were queued (its message may be lost or late),
     -- or taken by an attempt of ours whose reply was lost.
     redis.call('PEXPIRE', lock, lease)
-    local last = mutex_fence_now(fence, lease)
-    return {1, last, tonumber(count), last, redis.call('ZCARD', queue)}
+    local last = fence_now(fence, lease)
+    return {1, last, tonumber(count), last, redis.call('ZCARD', q.queue)}
   end
 end
 if ARGV[4] == '1' then
@@ -131,6 +129,6 @@ if ARGV[4] == '1' then
   if wait >= 0 then
     recheck = math.min(wait, recheck)
   end
-  mutex_enqueue(queue, waiters, KEYS[6], entry, recheck)
+  queue_enqueue(q, entry, recheck, nil, 'blind')
 end
-return {0, wait, mutex_fence_seen(fence)}
+return {0, wait, fence_seen(fence)}

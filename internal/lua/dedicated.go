@@ -39,7 +39,7 @@ func (p *Pinned) Exec(ctx context.Context, dc rueidis.DedicatedClient, keys, arg
 // RWAcquireOn, SemAcquireOn and QuorumAcquireOn are RWAcquire, SemAcquire and
 // QuorumAcquire, to be run with Pinned.Exec (WithReplicaAck).
 var (
-	RWAcquireOn     = newPinned(mutexLibSrc + rwLibSrc + rwAcquireSrc)
+	RWAcquireOn     = newPinned(rwLibSrc + rwAcquireSrc)
 	SemAcquireOn    = newPinned(semLibSrc + semAcquireSrc)
-	QuorumAcquireOn = newPinned(mutexLibSrc + quorumAcquireSrc)
+	QuorumAcquireOn = newPinned(publishLibSrc + quorumAcquireSrc)
 )

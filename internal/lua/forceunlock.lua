@@ -5,22 +5,23 @@
 -- goroutines.
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  queue zset (see mutex_lib.lua)
+-- KEYS[2]  queue zset (see queue_lib.lua)
 -- KEYS[3]  waiter deadlines zset
 -- KEYS[4]  fencing counter
 -- ARGV[1]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[2]  unlock channel
 -- ARGV[3]  unlock message for listeners when no one is queued
 -- ARGV[4]  fencing tokens to reserve for a queued waiter handed the lock
--- ARGV[5]  grant channel prefix (see mutex_lib.lua)
+-- ARGV[5]  grant channel prefix (see queue_lib.lua)
 --
 -- Returns 1 when a lock was deleted (and handed on or announced), 0 when none
 -- existed; a NOPERM error naming a command this call may run that the user
 -- may not (the unlock channel, or a former owner's grant channel, included):
 -- nothing was changed.
+local q = {queue = KEYS[2], waiters = KEYS[3]}
 local denied = lock_denied(function(c)
-  return c('HKEYS', KEYS[1]) and mutex_may_grant(c, KEYS[1]) and
-    mutex_may(c, KEYS[4], KEYS[2], KEYS[3]) and c(lock_publish_name(ARGV[1]), ARGV[2], 'm')
+  return c('HKEYS', KEYS[1]) and mutex_may(c, KEYS[1], q, KEYS[4]) and
+    c(lock_publish_name(ARGV[1]), ARGV[2], 'm')
 end)
 if denied then
   return denied
@@ -28,7 +29,7 @@ end
 local owners = redis.call('HKEYS', KEYS[1])
 for _, owner in ipairs(owners) do
   denied = lock_denied(function(c)
-    return c(lock_publish_name(ARGV[1]), mutex_grant_channel(ARGV[5], owner), 'm')
+    return c(lock_publish_name(ARGV[1]), queue_channel(ARGV[5], owner), 'm')
   end)
   if denied then
     return denied
@@ -36,9 +37,9 @@ for _, owner in ipairs(owners) do
 end
 if redis.call('DEL', KEYS[1]) == 1 then
   for _, owner in ipairs(owners) do
-    lock_publish(ARGV[1], mutex_grant_channel(ARGV[5], owner), '@' .. owner .. ' !')
+    lock_publish(ARGV[1], queue_channel(ARGV[5], owner), '@' .. owner .. ' !')
   end
-  mutex_handoff(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]))
+  mutex_handoff(KEYS[1], KEYS[4], q, ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]))
   return 1
 end
 return 0

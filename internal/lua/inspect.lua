@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  lock hash (see acquire.lua)
 -- KEYS[2]  fencing counter
--- KEYS[3]  queue zset (see mutex_lib.lua)
+-- KEYS[3]  queue zset (see queue_lib.lua, prepended with publish_lib.lua)
 -- KEYS[4]  waiter deadlines zset
 -- ARGV[1]  the most waiters to report, from the head
 --
@@ -20,21 +20,8 @@
 --            arrival number and deadline ('' when it has none); the fifth
 --            item, '' here, is the mode or permits in rw_inspect.lua and
 --            sem_inspect.lua
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+now_ms()
 local holders = redis.call('HGETALL', KEYS[1])
-local waiters = {}
-local queue = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
-for i = 1, #queue, 2 do
-  local owner, lease = string.match(queue[i], '^(.+)/(%d+)/%d+/%x+$')
-  if owner then
-    local deadline = redis.call('ZSCORE', KEYS[4], queue[i]) or ''
-    waiters[#waiters + 1] = owner
-    waiters[#waiters + 1] = string.format('%d', tonumber(queue[i + 1]))
-    waiters[#waiters + 1] = deadline
-    waiters[#waiters + 1] = lease
-    waiters[#waiters + 1] = ''
-  end
-end
-return {string.format('%d', now), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[2]) or '',
+local waiters = queue_waiters({queue = KEYS[3], waiters = KEYS[4]}, tonumber(ARGV[1]))
+return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[2]) or '',
   tostring(redis.call('ZCARD', KEYS[3])), holders, waiters}

@@ -15,6 +15,12 @@ import (
 var (
 	//go:embed publish_lib.lua
 	publishLibSrc string
+	//go:embed queue_lib.lua
+	queueLibOnly string
+	//go:embed fence_lib.lua
+	fenceLibOnly string
+	//go:embed queue_inspect_lib.lua
+	queueInspectLibOnly string
 	//go:embed mutex_lib.lua
 	mutexLibOnly string
 	//go:embed acquire.lua
@@ -31,7 +37,7 @@ var (
 	quorumAcquireSrc string
 
 	//go:embed rw_lib.lua
-	rwLibSrc string
+	rwLibOnly string
 	//go:embed rw_acquire.lua
 	rwAcquireSrc string
 	//go:embed rw_release.lua
@@ -55,15 +61,20 @@ var (
 	semRenewSrc string
 )
 
-// The libraries prepended to the scripts; both publish through publish_lib.lua.
+// The libraries prepended to the scripts, so that every script stays a single
+// self-contained EVAL: every lock kind waits in the queue of queue_lib.lua,
+// the Mutex and RWMutex fence with fence_lib.lua, and all of them publish
+// through publish_lib.lua.
 var (
-	mutexLibSrc = publishLibSrc + mutexLibOnly
-	semLibSrc   = publishLibSrc + semLibOnly
+	queueLibSrc = publishLibSrc + queueLibOnly
+	fenceLibSrc = publishLibSrc + fenceLibOnly
+	mutexLibSrc = queueLibSrc + fenceLibOnly + mutexLibOnly
+	rwLibSrc    = queueLibSrc + fenceLibOnly + rwLibOnly
+	semLibSrc   = queueLibSrc + semLibOnly
 )
 
 // Scripts of the reentrant Mutex. Those that touch its waiter queue share the
-// helpers of mutex_lib.lua, prepended here so that every script stays a single
-// self-contained EVAL.
+// helpers of mutex_lib.lua.
 var (
 	Acquire     = rueidis.NewLuaScript(mutexLibSrc + acquireSrc)
 	Release     = rueidis.NewLuaScript(mutexLibSrc + releaseSrc)
@@ -72,22 +83,19 @@ var (
 	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
 	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
 	// the Mutex's Release, Renew and Abandon serve its holds.
-	QuorumAcquire = rueidis.NewLuaScript(mutexLibSrc + quorumAcquireSrc)
+	QuorumAcquire = rueidis.NewLuaScript(publishLibSrc + quorumAcquireSrc)
 )
 
-// Scripts of the RWMutex. All but RWRenew share the helpers of mutex_lib.lua
-// and rw_lib.lua, prepended here so that every script stays a single
-// self-contained EVAL. Write holds are renewed by Renew (the writer hash is
-// a Mutex-shaped hash).
+// Scripts of the RWMutex. All but RWRenew share the helpers of rw_lib.lua.
+// Write holds are renewed by Renew (the writer hash is a Mutex-shaped hash).
 var (
-	RWAcquire = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAcquireSrc)
-	RWRelease = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwReleaseSrc)
-	RWAbandon = rueidis.NewLuaScript(mutexLibSrc + rwLibSrc + rwAbandonSrc)
-	RWRenew   = newPipelined(publishLibSrc + rwRenewSrc)
+	RWAcquire = rueidis.NewLuaScript(rwLibSrc + rwAcquireSrc)
+	RWRelease = rueidis.NewLuaScript(rwLibSrc + rwReleaseSrc)
+	RWAbandon = rueidis.NewLuaScript(rwLibSrc + rwAbandonSrc)
+	RWRenew   = newPipelined(fenceLibSrc + rwRenewSrc)
 )
 
-// Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua,
-// prepended here so that every script stays a single self-contained EVAL.
+// Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua.
 var (
 	SemAcquire = rueidis.NewLuaScript(semLibSrc + semAcquireSrc)
 	SemRelease = rueidis.NewLuaScript(semLibSrc + semReleaseSrc)
@@ -109,11 +117,12 @@ var (
 )
 
 // Read-only scripts that report a lock as it stands (holders, queue), one
-// round trip each, for the Inspect methods. They stand alone: no library.
+// round trip each, for the Inspect methods. They read the queue with
+// queue_inspect_lib.lua (and change nothing).
 var (
-	Inspect    = rueidis.NewLuaScript(inspectSrc)
-	RWInspect  = rueidis.NewLuaScript(rwInspectSrc)
-	SemInspect = rueidis.NewLuaScript(semInspectSrc)
+	Inspect    = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + inspectSrc)
+	RWInspect  = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + rwInspectSrc)
+	SemInspect = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + semInspectSrc)
 )
 
 // Probe checks that the current ACL user may run every command the scripts and

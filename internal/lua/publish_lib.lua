@@ -1,7 +1,7 @@
--- publish_lib: how every lock script announces a release or a grant, and how
--- it checks the Redis user's rights before its first write; prepended to
--- mutex_lib.lua, sem_lib.lua and the three renew scripts at build time (see
--- lua.go). It declares functions only and touches no key.
+-- publish_lib: how every lock script announces a release or a grant, how it
+-- checks the Redis user's rights before its first write, and the server clock;
+-- prepended to every script that changes a lock at build time (see lua.go).
+-- It declares functions only and touches no key.
 --
 -- lock_publish(cmd, channel, message) publishes message on channel and
 -- returns how many subscribers received it. cmd is what the Client passed:
@@ -84,4 +84,24 @@ end
 -- Whether this Redis user may publish on channel (see lock_denied).
 local function lock_may_publish(cmd, channel)
   return lock_may(lock_publish_name(cmd), channel, 'm')
+end
+
+-- The server time in milliseconds, read once per script call; clock_us is the
+-- same reading in microseconds (below 2^53, exact as a Lua number).
+local clock_ms, clock_us
+local function now_ms()
+  if not clock_ms then
+    local t = redis.call('TIME')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_ms = math.floor(clock_us / 1000)
+  end
+  return clock_ms
+end
+
+-- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so
+-- that a late acquisition attempt of that field is refused.
+local function lock_bury(tombstone, ms)
+  if ms ~= '0' then
+    redis.call('SET', tombstone, 1, 'PX', ms)
+  end
 end

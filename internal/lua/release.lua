@@ -15,7 +15,7 @@
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  result latch for this request (same hash tag as the lock)
--- KEYS[3]  queue zset (see mutex_lib.lua)
+-- KEYS[3]  queue zset (see queue_lib.lua)
 -- KEYS[4]  waiter deadlines zset
 -- KEYS[5]  fencing counter
 -- KEYS[6]  arrival counter
@@ -27,14 +27,13 @@
 -- ARGV[5]  unlock message for listeners when no one is queued
 -- ARGV[6]  latch lifetime in milliseconds
 -- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
--- ARGV[8]  successor's queue entry (owner field '/' lease ms '/' claim ms '/'
---          secret, see mutex_lib.lua), or '' for none
+-- ARGV[8]  successor's queue entry (see queue_lib.lua), or '' for none
 -- ARGV[9]  the longest the successor waits before re-checking (ms; see
 --          acquire.lua's ARGV[5]); sooner when the lock is granted for less
 -- ARGV[10] tombstone lifetime in milliseconds, or '0': when an acquisition
 --          attempt of this owner field may still run late (its reply was
 --          lost), freeing the field leaves a tombstone so that it is refused
--- ARGV[11] grant channel prefix (see mutex_lib.lua)
+-- ARGV[11] grant channel prefix (see queue_lib.lua)
 -- ARGV[12] '1' when the successor is a place reserved for the holder's process
 --          (its next Lock is expected, no goroutine waits yet): it is queued
 --          only behind other waiters; with no one else queued the lock is
@@ -60,12 +59,12 @@
 --                       unlock channel included): nothing was changed; or
 --                       may not publish on the grant channel of the waiter
 --                       queued first: the lock was freed, not handed to it
-local lock, latch, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
+local q = {queue = KEYS[3], waiters = KEYS[4], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
 local denied = lock_denied(function(c)
   return c('GET', latch) and c('SET', latch, '1', 'PX', '1') and
-    c('SET', KEYS[7], '1', 'PX', '1') and c('HGET', lock, 'f') and mutex_may_grant(c, lock) and
-    mutex_may(c, fence, queue, waiters) and mutex_may_seq(c, KEYS[6])
+    c('SET', KEYS[7], '1', 'PX', '1') and c('HGET', lock, 'f') and mutex_may(c, lock, q, fence)
 end)
 if denied then
   return denied
@@ -96,34 +95,39 @@ if left > 0 then
   redis.call('PEXPIRE', lock, lease)
   reply = string.format('%d', left)
 elseif ARGV[8] == '' then
-  mutex_bury(KEYS[7], ARGV[10])
+  lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  denied = select(3, mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
+  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
   reply = '0'
 else
-  local head = mutex_head(queue, waiters)
+  local head, arrival, behind = queue_head(q)
   if not head and ARGV[12] == '1' then
-    mutex_bury(KEYS[7], ARGV[10])
+    lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    denied = select(3, mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
+    denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
     reply = '-4'
   elseif not head then
     redis.call('PEXPIRE', lock, lease)
-    local last = mutex_tokens(fence, block, lease)
+    local last = fence_tokens(fence, block, lease)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
-    mutex_bury(KEYS[7], ARGV[10])
+    lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
     -- Queued before the hand-off, so that the grant counts it among the
     -- waiters behind the new holder (which then knows to take turns).
-    mutex_enqueue(queue, waiters, KEYS[6], ARGV[8], tonumber(ARGV[9]))
+    queue_enqueue(q, ARGV[8], tonumber(ARGV[9]), nil, 'blind')
+    if #behind < QUEUE_CHASE and head ~= ARGV[8] then
+      behind[#behind + 1] = ARGV[8]
+    end
     local granted, last
-    granted, last, denied = mutex_handoff(lock, fence, queue, waiters, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, head)
+    granted, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, {head, arrival, behind})
     -- The successor re-checks when the grant lapses (at once when none was
     -- made), as the reply tells its Client.
-    redis.call('ZADD', waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) + mutex_grace(ARGV[8]), ARGV[8])
+    local _, successor_lease = queue_parse(ARGV[8])
+    redis.call('ZADD', q.waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) +
+      queue_grace(successor_lease or 0), ARGV[8])
     if last == 0 then
-      last = mutex_fence_seen(fence)
+      last = fence_seen(fence)
     end
     reply = string.format('0 %d %d', last, granted)
   end

@@ -33,7 +33,7 @@ end
 if ARGV[4] == '1' then
   redis.call('SET', KEYS[8], 1, 'PX', lease)
 end
-rw_dequeue(rw_entry(mode, lease, ARGV[8], ARGV[9], owner))
+queue_dequeue(rwq, queue_entry(owner, lease, ARGV[8], ARGV[9], mode))
 local held = 0
 if mode == 'w' then
   if redis.call('HEXISTS', KEYS[1], owner) == 1 then

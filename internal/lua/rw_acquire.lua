@@ -16,7 +16,7 @@
 -- ARGV[5]    "1" to join (or stay in) the queue when not acquired, "0" not to
 -- ARGV[6]    the longest a queued waiter waits before re-checking (ms; it
 --            re-checks sooner when the holders' leases end sooner): its place
---            lapses its lease (2s at least) later (see rw_grace)
+--            lapses its lease (2s at least) later (see queue_grace)
 -- ARGV[7]    publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[8]    read channel: readers granted together are woken there
 -- ARGV[9]    grant channel prefix: a writer granted the lock is woken on it
@@ -26,9 +26,9 @@
 -- ARGV[11]   re-entry only: latch lifetime in milliseconds
 -- ARGV[12]   this waiter's claim window in milliseconds, part of its queue
 --            entry: a grant made to it while queued runs for the shorter of
---            it and the lease (see rw_lib.lua)
+--            it and the lease (see queue_lib.lua)
 -- ARGV[13]   this waiter's secret (hex), part of its queue entry: a grant
---            message proves itself with it (see rw_lib.lua)
+--            message proves itself with it (see queue_lib.lua)
 --
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached.
@@ -103,7 +103,7 @@ local function held()
     local count = redis.call('HGET', KEYS[3], owner)
     if count then
       rw_renew_reader(now, owner, lease)
-      return {1, rw_token(false, lease), tonumber(count)}
+      return {1, fence_now(KEYS[7], lease), tonumber(count)}
     end
   end
   return nil
@@ -120,7 +120,7 @@ if mode == 'r' and ARGV[10] ~= '' then
     return {-1}
   end
   rw_grant_reader(now, owner, lease)
-  return {1, rw_token(false, lease), 1}
+  return {1, fence_now(KEYS[7], lease), 1}
 end
 
 -- The lock may be free for those queued first (a lease ran out, say).
@@ -132,11 +132,11 @@ mine = held()
 if mine then
   return mine
 end
-local entry = rw_entry(mode, lease, ARGV[12], ARGV[13], owner)
+local entry = queue_entry(owner, lease, ARGV[12], ARGV[13], mode)
 if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
   if mode == 'r' then
     rw_grant_reader(now, owner, lease)
-    return {1, rw_token(false, lease), 1}
+    return {1, fence_now(KEYS[7], lease), 1}
   end
   if redis.call('ZCARD', KEYS[2]) == 0 then
     return {1, rw_grant_writer(owner, lease), 1}
@@ -146,19 +146,10 @@ end
 local wait = rw_wait(now)
 local arrival = 0
 if ARGV[5] == '1' then
-  arrival = tonumber(redis.call('ZSCORE', KEYS[4], entry))
-  if not arrival then
-    arrival = rw_arrival()
-    redis.call('ZADD', KEYS[4], arrival, entry)
-  end
   local recheck = tonumber(ARGV[6])
   if wait >= 0 then
     recheck = math.min(wait, recheck)
   end
-  redis.call('ZADD', KEYS[5], now + recheck + rw_grace(lease), entry)
-  local last = tonumber(redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]) + 1
-  for i = 4, 6 do
-    redis.call('PEXPIREAT', KEYS[i], last)
-  end
+  arrival = queue_enqueue(rwq, entry, recheck)
 end
 return {0, wait, arrival}

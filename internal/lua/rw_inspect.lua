@@ -21,8 +21,7 @@
 --   waiters  {owner, arrival, deadline, lease, mode, ...} from the head: as
 --            in inspect.lua, mode 'r' or 'w' (the secret is not returned)
 --   nreaders the number of readers in the readers zset
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+now_ms()
 local max = tonumber(ARGV[1]) - 1
 local readers = {}
 local scored = redis.call('ZRANGE', KEYS[2], 0, max, 'WITHSCORES')
@@ -31,18 +30,7 @@ for i = 1, #scored, 2 do
   readers[#readers + 1] = scored[i + 1]
   readers[#readers + 1] = redis.call('HGET', KEYS[3], scored[i]) or '0'
 end
-local waiters = {}
-local queue = redis.call('ZRANGE', KEYS[4], 0, max, 'WITHSCORES')
-for i = 1, #queue, 2 do
-  local mode, lease, owner = string.match(queue[i], '^([rw])/(%d+)/%d+/%x+/(.+)$')
-  if mode then
-    waiters[#waiters + 1] = owner
-    waiters[#waiters + 1] = string.format('%d', tonumber(queue[i + 1]))
-    waiters[#waiters + 1] = redis.call('ZSCORE', KEYS[5], queue[i]) or ''
-    waiters[#waiters + 1] = lease
-    waiters[#waiters + 1] = mode
-  end
-end
-return {string.format('%d', now), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[6]) or '',
+local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max + 1)
+return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[6]) or '',
   tostring(redis.call('ZCARD', KEYS[4])), redis.call('HGETALL', KEYS[1]), readers, waiters,
   tostring(redis.call('ZCARD', KEYS[2]))}

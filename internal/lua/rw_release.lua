@@ -61,7 +61,7 @@ if left > 0 then
     rw_renew_reader(now, owner, lease)
   end
 else
-  mutex_bury(KEYS[9], ARGV[8])
+  lock_bury(KEYS[9], ARGV[8])
   if mode == 'w' then
     redis.call('DEL', KEYS[1])
   else

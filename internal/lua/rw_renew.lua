@@ -11,10 +11,9 @@
 -- Returns an array with one entry per hold: 1 when the reader still held its
 -- read lock and its lease was extended, 0 when the hold is gone or its lease
 -- already ran out (nothing is changed). The zset and hash are kept alive past
--- the new lease, and the fencing counter 1s past it (as rw_keep_readers in
--- rw_lib.lua does, which this script does not include): readers share the
--- last writer's token while any of them holds.
-local FENCE_KEEP_MS = 1000 -- MUTEX_FENCE_KEEP_MS of mutex_lib.lua
+-- the new lease, and the fencing counter past it (fence_keep, as
+-- rw_keep_readers in rw_lib.lua does): readers share the last writer's token
+-- while any of them holds.
 -- A refused command fails the batch before it changes anything, naming the
 -- command (see lock_denied in publish_lib.lua, prepended at build time;
 -- Redis < 7 cannot tell).
@@ -53,10 +52,7 @@ for i = 1, #KEYS / 3 do
         redis.call('PEXPIREAT', key, at + 1)
       end
     end
-    local pttl = redis.call('PTTL', fence)
-    if pttl >= 0 and now + pttl < at + FENCE_KEEP_MS then
-      redis.call('PEXPIREAT', fence, at + FENCE_KEEP_MS)
-    end
+    fence_keep(fence, now, at)
     renewed[i] = 1
   else
     renewed[i] = 0

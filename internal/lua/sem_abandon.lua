@@ -25,7 +25,7 @@ redis.call('SET', KEYS[6], 1, 'PX', ARGV[3])
 local now = now_ms()
 sem_load()
 if ARGV[2] ~= '' then
-  sem_dequeue(ARGV[2])
+  queue_dequeue(semq, ARGV[2])
 end
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
 if n > 0 then

@@ -12,7 +12,7 @@
 -- ARGV[3]     lease in milliseconds
 -- ARGV[4]     the longest a queued waiter waits before re-checking (ms; it
 --             re-checks sooner when the earliest held permit expires sooner):
---             its place lapses sem_grace later (see sem_lib.lua)
+--             its place lapses queue_grace later (see queue_lib.lua)
 -- ARGV[5]     publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[6]     grant channel prefix: a waiter's channel is it .. its client id
 -- ARGV[7]     "1" to join (or stay in) the queue when the permits are not free
@@ -60,11 +60,11 @@ sem_reclaim(now)
 
 local entry
 if want ~= 'all' then
-  local exact = ''
+  local ask = want
   if ARGV[9] == '1' then
-    exact = ARGV[8]
+    ask = want .. '=' .. ARGV[8]
   end
-  entry = id .. '/' .. want .. '/' .. ARGV[3] .. '/' .. ARGV[12] .. '/' .. exact .. '/' .. ARGV[10]
+  entry = queue_entry(id, ARGV[3], ARGV[12], ARGV[10], ask)
 end
 
 local function finish(reply, horizon)
@@ -75,7 +75,7 @@ end
 -- Leaves the queue for good (the request fails), letting the next in line on.
 local function leave()
   if entry and not fresh then
-    sem_dequeue(entry)
+    queue_dequeue(semq, entry)
   end
   sem_handoff(now, publish, prefix, nil, true)
 end
@@ -118,7 +118,7 @@ if want == 'all' then
 end
 if n > 0 and avail >= n and mine ~= false then
   if mine then
-    sem_dequeue(entry)
+    queue_dequeue(semq, entry)
   end
   sem_take(id, n, now + lease)
   if mine then
@@ -137,19 +137,8 @@ if want == 'all' or ARGV[7] ~= '1' then
 end
 
 -- A waiter already queued keeps its arrival number.
-local arrival = not fresh and redis.call('ZSCORE', KEYS[4], entry)
-if arrival then
-  arrival = tonumber(arrival)
-else
-  arrival = sem_arrival()
-  redis.call('ZADD', KEYS[4], 'NX', arrival, entry)
-end
 if wait >= 0 then
   recheck = math.min(wait, recheck)
 end
-local deadline = now + recheck + sem_grace(entry)
-redis.call('ZADD', KEYS[5], deadline, entry)
-local last = math.max(sem_last(KEYS[5]), deadline)
-redis.call('PEXPIREAT', KEYS[4], last + 1)
-redis.call('PEXPIREAT', KEYS[5], last + 1)
+local arrival, last = queue_enqueue(semq, entry, recheck, sem_arrival, fresh and 'fresh' or nil)
 return finish({0, wait, arrival}, last)

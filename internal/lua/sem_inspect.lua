@@ -20,8 +20,7 @@
 --   waiters  {permit id, arrival, deadline, lease, permits asked, ...} from
 --            the head, as in inspect.lua (the secret is not returned)
 --   nholders the number of permit ids in the permits zset
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+now_ms()
 local max = tonumber(ARGV[1]) - 1
 local holders = {}
 local scored = redis.call('ZRANGE', KEYS[2], 0, max, 'WITHSCORES')
@@ -30,18 +29,7 @@ for i = 1, #scored, 2 do
   holders[#holders + 1] = scored[i + 1]
   holders[#holders + 1] = redis.call('HGET', KEYS[3], scored[i]) or '0'
 end
-local waiters = {}
-local queue = redis.call('ZRANGE', KEYS[4], 0, max, 'WITHSCORES')
-for i = 1, #queue, 2 do
-  local id, n, lease = string.match(queue[i], '^([^/]+)/(%d+)/(%d+)/%d+/%d*/%x+$')
-  if id then
-    waiters[#waiters + 1] = id
-    waiters[#waiters + 1] = string.format('%d', tonumber(queue[i + 1]))
-    waiters[#waiters + 1] = redis.call('ZSCORE', KEYS[5], queue[i]) or ''
-    waiters[#waiters + 1] = lease
-    waiters[#waiters + 1] = n
-  end
-end
+local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max + 1)
 local state = redis.call('HMGET', KEYS[1], 'limit', 'used')
-return {string.format('%d', now), state[1] or '', state[2] or '0', tostring(redis.call('ZCARD', KEYS[4])), holders, waiters,
+return {string.format('%d', clock_us), state[1] or '', state[2] or '0', tostring(redis.call('ZCARD', KEYS[4])), holders, waiters,
   tostring(redis.call('ZCARD', KEYS[2]))}

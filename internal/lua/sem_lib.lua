@@ -1,5 +1,6 @@
 -- sem_lib: helpers shared by the semaphore scripts; prepended to each of them at
--- build time (see lua.go), so it declares functions only and touches no key.
+-- build time after publish_lib.lua and queue_lib.lua (see lua.go), so it
+-- declares functions only and touches no key.
 --
 -- Every semaphore script but sem_renew.lua receives the same first five KEYS:
 --   KEYS[1] state hash: limit; used (permits held); seq (arrival counter,
@@ -11,18 +12,12 @@
 --           expiry; absent when the state is permanent)
 --   KEYS[2] permits zset: permit id -> lease expiry (server time, ms)
 --   KEYS[3] counts hash: permit id -> permits it holds
---   KEYS[4] queue zset: entry -> arrival number (FIFO order)
---   KEYS[5] waiter deadlines zset: entry -> deadline (server time, ms): the
---           time by which the waiter said it re-checks at the latest, plus
---           sem_grace; a waiter that stops re-checking loses its place when
---           it passes
+--   KEYS[4] queue zset, KEYS[5] waiter deadlines zset: the wait queue (see
+--           queue_lib.lua), whose arrival counter is the state hash's seq
 --
--- A waiter's entry is id .. '/' .. n .. '/' .. lease .. '/' .. claim .. '/' ..
--- exact .. '/' .. secret: its permit id (client id ':' number), the permits it
--- asks for, the lease in ms it asks for, its claim window in ms (permits handed
--- to it are granted for the shorter of the two, see sem_handoff), the limit it
--- insists on ('' for any; a Lock's is 1), and a random hex secret known only
--- to the waiter and to whoever may read the queue key.
+-- A waiter's entry (see queue_lib.lua) is owned by its permit id (client id
+-- ':' number) and asks for n permits, with '=' .. limit when it insists on
+-- that limit (a Lock's is 1): n .. '=' .. limit.
 --
 -- Direct hand-off: permits that become free while waiters are queued are never
 -- left free for whoever asks next. The script that frees them (a release, an
@@ -31,17 +26,13 @@
 -- the head asks for fits: from that moment the waiter holds them, with the lease
 -- of its entry, exactly as if it had taken them itself. Each is told on its own
 -- Client's grant channel (grant prefix .. client id, see core.GrantChannel):
---   '@' .. id .. ' ' .. n .. ':' .. a .. ':' .. sha1hex(secret .. ':' .. n .. ':' .. a)
--- where a is the arrival number of the place granted (see sem_arrival). Only
--- that Client's process receives it, whatever the number of processes
--- waiting, and anyone may publish on the channel, so the MAC proves the grant:
--- without the secret no one can make a waiter believe it holds permits. The
--- waiter takes only a grant to the place its last attempt reported: a grant it
--- let lapse, recorded and published again after it queued anew (at a new
--- place) under the same secret, proves nothing. A
--- PUBLISH that reaches no subscriber means the waiter's Client is gone (its
--- pub/sub connection closed, its process dead): the entry is dropped, nothing is
--- granted to it, and the next waiter is served in the same script.
+-- '@' .. id .. ' ' .. proof, of the arrival number of the place granted and
+-- the permits (see queue_lib.lua). Only that Client's process receives it,
+-- whatever the number of processes waiting. The waiter takes only a grant to
+-- the place its last attempt reported. A PUBLISH that reaches no subscriber
+-- means the waiter's Client is gone (its pub/sub connection closed, its
+-- process dead): the entry is dropped, nothing is granted to it, and the next
+-- waiter is served in the same script.
 --
 -- Expiry: every key expires by itself once what it holds has run out, and
 -- scripts set expiries only when they must move, not on every call. The
@@ -66,38 +57,24 @@ local SEM_SHRINK_MS = 60000
 -- Bounds the waiters one script serves or drops, so that no script runs long.
 local SEM_HANDOFF_MAX = 100
 
--- How many waiters at the head, left waiting behind a claimed grant, are told
--- when the claim lapses (see sem_handoff).
-local SEM_CHASE = 2
+-- A waiter re-checks within a third of its watchdog timeout (the lease in its
+-- entry), and keeps its place two thirds of it more: it loses its place within
+-- one watchdog timeout (3s when that is longer) of its last check.
+queue_grace_num, queue_grace_den = 2, 3
 
--- The server time in milliseconds, read once per script call; sem_clock_us
--- is the same reading in microseconds (below 2^53, exact as a Lua number).
-local sem_clock, sem_clock_us
-local function now_ms()
-  if not sem_clock then
-    local t = redis.call('TIME')
-    sem_clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    sem_clock = math.floor(sem_clock_us / 1000)
-  end
-  return sem_clock
-end
+local semq = {queue = KEYS[4], waiters = KEYS[5]}
 
 -- Whether, by c, this user may run what the semaphore scripts may run on
 -- KEYS[1..5]: with the script's own further key, its check before its first
 -- write (see lock_denied).
 local function sem_may(c)
-  local st_key, permits, counts, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-  return c('TIME') and
-    c('HMGET', st_key, 'f') and c('HSET', st_key, 'f', '1') and c('HDEL', st_key, 'f') and
+  local st_key, permits, counts = KEYS[1], KEYS[2], KEYS[3]
+  return c('HMGET', st_key, 'f') and c('HSET', st_key, 'f', '1') and c('HDEL', st_key, 'f') and
     c('HINCRBY', st_key, 'f', '1') and c('PEXPIREAT', st_key, '1') and c('PERSIST', st_key) and
     c('ZRANGE', permits, '0', '0') and c('ZRANGEBYSCORE', permits, '0', '0') and c('ZSCORE', permits, 'm') and
     c('ZADD', permits, '1', 'm') and c('ZREM', permits, 'm') and c('PEXPIREAT', permits, '1') and
     c('HGET', counts, 'f') and c('HSET', counts, 'f', '1') and c('HDEL', counts, 'f') and c('DEL', counts) and
-    c('PEXPIREAT', counts, '1') and
-    c('ZRANGE', queue, '0', '0') and c('ZSCORE', queue, 'm') and c('ZADD', queue, '1', 'm') and
-    c('ZREM', queue, 'm') and c('ZCARD', queue) and c('PEXPIREAT', queue, '1') and
-    c('ZRANGE', waiters, '0', '0') and c('ZRANGEBYSCORE', waiters, '0', '0') and c('ZSCORE', waiters, 'm') and
-    c('ZADD', waiters, '1', 'm') and c('ZREM', waiters, 'm') and c('PEXPIREAT', waiters, '1')
+    c('PEXPIREAT', counts, '1') and queue_may(c, semq)
 end
 
 -- The state hash as read by sem_load, changed in place by the helpers and
@@ -170,20 +147,12 @@ local function sem_take(id, n, at)
   end
 end
 
--- Gives a new place in the queue its arrival number: above every number given
--- before, and the server clock in microseconds when that is higher (so an
--- inspection reads the time a place was taken from it, see sem_inspect.lua).
--- The counter lives in the state hash (a place needs a limit, so the
--- hash exists), read by sem_load; one created afresh (the hash expired when idle, or was lost)
--- starts from the server clock in microseconds, not from 1, above every number
--- the one before gave while places were taken slower than one per microsecond
--- (as for the Mutex's fencing counter, see mutex_tokens): a grant names the
--- place it was made to (see the top of this file), and no place is ever given
--- the number of another.
+-- A new arrival number (see queue_lib.lua), counted in the state hash (a
+-- place needs a limit, so the hash exists), read by sem_load: one command
+-- per place, as HINCRBY would be. One created afresh (the hash expired when
+-- idle, or was lost) starts from the server clock, as queue_arrival does.
 local function sem_arrival()
-  now_ms()
-  -- (Read by sem_load: one command per place, as HINCRBY would be.)
-  local a = math.max(st.seq + 1, sem_clock_us)
+  local a = queue_arrival(st.seq)
   st.seq = a
   redis.call('HSET', KEYS[1], 'seq', string.format('%d', a))
   return a
@@ -218,61 +187,16 @@ local function sem_reclaim(now)
   st.first = first and tonumber(first)
 end
 
--- How long past its planned re-check a waiter keeps its place (ms): two thirds
--- of the lease in its entry, at least 2s so that a busy process re-checking
--- late keeps it. A waiter re-checks within a third of its watchdog timeout, so
--- one with the watchdog's lease loses its place within one watchdog timeout
--- (3s when that is longer) of its last check. The deadlines zset stores both
--- at once; the entry gives the grace back to read the planned re-check.
-local function sem_grace(entry)
-  local lease = tonumber(string.match(entry, '^[^/]+/%d+/(%d+)/%d+/%d*/%x+$') or '0')
-  return math.max(math.floor(lease * 2 / 3), 2000)
-end
-
-local function sem_dequeue(entry)
-  redis.call('ZREM', KEYS[4], entry)
-  redis.call('ZREM', KEYS[5], entry)
-end
-
--- Forgets waiters whose deadline passed (their process stopped re-checking).
-local function sem_purge(now)
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 1000)
-  for _, entry in ipairs(gone) do
-    sem_dequeue(entry)
-  end
-end
-
--- Returns the entries at the head of the queue, after forgetting lapsed
--- waiters: the head, its arrival number, and up to SEM_CHASE entries behind
--- it (the head once it leaves, and so on), or nil when no one waits. Costs
--- one command when no one waits.
-local function sem_head(now)
-  local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  if not first[1] then
-    return nil
-  end
-  if tonumber(first[2]) <= now then
-    sem_purge(now)
-  end
-  local scored = redis.call('ZRANGE', KEYS[4], 0, SEM_CHASE, 'WITHSCORES')
-  local behind = {}
-  for i = 3, #scored, 2 do
-    behind[#behind + 1] = scored[i]
-  end
-  return scored[1], tonumber(scored[2]), behind
-end
-
 -- Splits an entry into id, permits, the time a grant runs for (the shorter of
--- its lease and claim window), exact limit (nil for any), secret, the client
--- id of its permit id, and its lease; nil for an entry this version did not
--- write.
+-- its lease and claim window), exact limit (nil for any), secret, and its
+-- lease; nil for an entry this version did not write.
 local function sem_parse(entry)
-  local id, n, lease, claim, exact, secret = string.match(entry, '^([^/]+)/(%d+)/(%d+)/(%d+)/(%d*)/(%x+)$')
-  local client = id and string.match(id, '^(.+):[^:]*$')
-  if not client or tonumber(claim) <= 0 then
+  local id, lease, ttl, secret, ask = queue_parse(entry)
+  local n, exact = string.match(ask or '', '^(%d+)=?(%d*)$')
+  if not n or not string.find(id, ':', 1, true) then
     return nil
   end
-  return id, tonumber(n), math.min(tonumber(lease), tonumber(claim)), tonumber(exact), secret, client, tonumber(lease)
+  return id, tonumber(n), ttl, tonumber(exact), secret, lease
 end
 
 -- Serves the queue from its head with the permits free now (see the top of
@@ -288,8 +212,7 @@ end
 -- only when it planned to re-check later than that (it queued behind a long
 -- lease), so that a hand-off costs one message where waiters queue behind
 -- claimed hand-offs (workers taking turns). The waiter behind it is told too
--- (SEM_CHASE), so that two hung waiters in a row cost two claim windows (see
--- mutex_handoff). self, when given, is the caller's
+-- (see queue_chase). self, when given, is the caller's
 -- own entry: when it reaches the head nothing is done for it. inspect looks at
 -- the head even when no permit is free (after the limit changed).
 --
@@ -302,20 +225,12 @@ end
 local function sem_handoff(now, publish, prefix, self, inspect)
   local claimed -- the shortest claim granted by this call, if any
   local behind = {} -- the entries behind the last head looked up, in order
-  -- Tells the first SEM_CHASE of left, the waiters left at the head, when the
-  -- first claim lapses, those that planned to re-check later, and moves their
-  -- deadlines to match.
+  -- Tells the waiters left at the head when the first claim lapses.
   local function notice(left)
-    for i = 1, claimed and math.min(#left, SEM_CHASE) or 0 do
-      local entry = left[i]
-      local id, _, _, _, _, client = sem_parse(entry)
-      local by = now + claimed + sem_grace(entry)
-      -- (A lapsed or unknown entry has no deadline beyond by: nobody to tell.)
-      if id and entry ~= self and tonumber(redis.call('ZSCORE', KEYS[5], entry) or by) > by and
-          lock_may_publish(publish, prefix .. client) then
-        lock_publish(publish, prefix .. client, string.format('@%s ~%d', id, claimed))
-        redis.call('ZADD', KEYS[5], 'XX', by, entry)
-      end
+    if claimed then
+      queue_chase(semq, now, claimed, left, self and queue_parse(self), publish, function(id)
+        return queue_channel(prefix, id), id
+      end)
     end
     return false
   end
@@ -326,34 +241,31 @@ local function sem_handoff(now, publish, prefix, self, inspect)
       return notice(behind)
     end
     local head, arrival
-    head, arrival, behind = sem_head(now)
+    head, arrival, behind = queue_head(semq)
     if not head then
       return nil
     end
     if head == self then
       return true
     end
-    local id, n, ttl, exact, secret, client, lease = sem_parse(head)
+    local id, n, ttl, exact, secret, lease = sem_parse(head)
+    local to = id and queue_channel(prefix, id)
     if not id then
       -- Not written by this version: dropped; its waiter queues again at its
       -- next re-check.
-      sem_dequeue(head)
+      queue_dequeue(semq, head)
     elseif not st.limit or n > st.limit or (exact and exact ~= st.limit) then
-      sem_dequeue(head)
-      if lock_may_publish(publish, prefix .. client) then
-        lock_publish(publish, prefix .. client, '@' .. id)
+      queue_dequeue(semq, head)
+      if lock_may_publish(publish, to) then
+        lock_publish(publish, to, '@' .. id)
       end
     elseif n > avail then
       return notice({head, unpack(behind)})
-    elseif not lock_may_publish(publish, prefix .. client) then
-      return notice({head, unpack(behind)}), lock_refusal(lock_publish_name(publish), prefix .. client,
-        'the permits were not handed to the waiter queued first, who could not be told of it')
+    elseif not lock_may_publish(publish, to) then
+      return notice({head, unpack(behind)}), queue_unannounced(publish, to)
     else
-      sem_dequeue(head)
-      -- %d: a number concatenated as is may print as 1e+12.
-      local grant = string.format('%d:%d', n, arrival)
-      grant = grant .. ':' .. redis.sha1hex(secret .. ':' .. grant)
-      if lock_publish(publish, prefix .. client, '@' .. id .. ' ' .. grant) > 0 then
+      queue_dequeue(semq, head)
+      if lock_publish(publish, to, '@' .. id .. ' ' .. queue_proof(secret, arrival, n)) > 0 then
         sem_take(id, n, now + ttl)
         if ttl < lease then
           claimed = math.min(claimed or ttl, ttl)

@@ -26,7 +26,7 @@ end
 local now = now_ms()
 sem_load()
 sem_reclaim(now)
-sem_purge(now)
+queue_head(semq) -- forgets lapsed waiters
 local changed = 0
 if ARGV[1] == 'set' or (ARGV[1] == 'init' and not st.limit) then
   redis.call('HSET', KEYS[1], 'limit', ARGV[2])

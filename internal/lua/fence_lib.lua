@@ -1,0 +1,90 @@
+-- fence_lib: the fencing counter of a lock (one plain integer key per lock),
+-- shared by the Mutex and RWMutex scripts; prepended after publish_lib.lua
+-- (whose clock it reads) at build time (see lua.go). It declares functions
+-- only and touches no key.
+--
+-- Tokens rise strictly per lock name although the counter does not live for
+-- ever. A missing counter (a new lock, one idle long enough for its counter
+-- to expire, or a Redis that restarted without persistence) starts from the
+-- server clock in microseconds. The counter runs ahead of that clock only
+-- while tokens are reserved faster than one per microsecond over its life (a
+-- contended acquisition reserves a block of 65): by the tokens reserved since
+-- it was created less the microseconds elapsed since, usually a negative
+-- number. Each reservation therefore sets the counter to expire at the later
+-- of now and the time its value stands for (value / 1000 ms), plus the hold's
+-- lease (FENCE_KEEP_MS at least): a counter ahead of the clock lives until
+-- the clock has passed it, and one still needed by a holder (readers share
+-- the last writer's token) is kept past its lease (fence_keep). Redis deletes
+-- a key only once its clock passed the expiry, so a counter created afresh,
+-- from a clock at least the keep time past the old counter's value (less the
+-- moments between the expiry check and this script's TIME), starts above
+-- every token of the one before. The expiry is absolute (PEXPIREAT), read by
+-- replicas and the AOF as written: after a failover the new primary deletes
+-- the counter by its own clock and restarts it from that same clock, which is
+-- safe while that clock does not lag the old primary's by more than the keep
+-- time. Nothing here survives a server clock stepped back by more than that,
+-- or writes lost by asynchronous replication (see WithReplicaAck). Tokens
+-- stay below 2^53, exact as Lua numbers, until about the year 2250.
+
+-- The shortest time (ms) the counter is kept past its last token or holder:
+-- the margin for a failover to a replica whose clock lags (rw_renew.lua
+-- repeats it).
+local FENCE_KEEP_MS = 1000
+
+-- Whether, by c, this user may run what this library runs on fence (see
+-- lock_denied), TIME aside (every caller checks it) and fence_keep's PTTL
+-- (only its callers check it).
+local function fence_may(c, fence)
+  return c('GET', fence) and c('INCRBY', fence, '1') and c('SET', fence, '1') and c('PEXPIREAT', fence, '1')
+end
+
+-- Reserves a block of tokens and returns the last one. keep is the lease (ms)
+-- of the hold that takes them.
+local function fence_tokens(fence, block, keep)
+  now_ms() -- the clock is read before any write, and once per script
+  local last = redis.call('INCRBY', fence, block)
+  if last == block then
+    -- INCRBY made the counter from nothing (no counter starts from 0): it
+    -- restarts from the clock in the same script, before anyone reads it.
+    last = clock_us + block
+    redis.call('SET', fence, string.format('%d', last))
+  end
+  local at = math.max(clock_ms, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS)
+  redis.call('PEXPIREAT', fence, string.format('%d', at))
+  return last
+end
+
+-- The counter now (the last token issued), or a fresh token when it is
+-- missing (expired, evicted, or deleted by hand): a token handed out must
+-- never be lower than one before. keep as for fence_tokens.
+local function fence_now(fence, keep)
+  local cur = tonumber(redis.call('GET', fence) or '0')
+  if cur > 0 then
+    return cur
+  end
+  return fence_tokens(fence, 1, keep)
+end
+
+-- A value no token issued so far is above, and every token issued from now on
+-- is: the counter, or when it is missing the server clock in microseconds (a
+-- counter that expired stood below it). A grant whose tokens are not above it
+-- was made before this call.
+local function fence_seen(fence)
+  local cur = redis.call('GET', fence)
+  if cur then
+    return tonumber(cur)
+  end
+  now_ms()
+  return clock_us
+end
+
+-- Keeps the counter FENCE_KEEP_MS past at, the end of a lease that holds its
+-- last token. Only ever later: its expiry stays past the time its value
+-- stands for. A counter with no expiry was not set by this library and is
+-- left so.
+local function fence_keep(fence, now, at)
+  local pttl = redis.call('PTTL', fence)
+  if pttl >= 0 and now + pttl < at + FENCE_KEEP_MS then
+    redis.call('PEXPIREAT', fence, at + FENCE_KEEP_MS)
+  end
+end

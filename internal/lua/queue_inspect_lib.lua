@@ -1,0 +1,21 @@
+-- queue_inspect_lib: how the inspection scripts read a wait queue (see
+-- queue_lib.lua, prepended before it at build time, see lua.go). Read-only.
+
+-- The first max waiters of q from the head, for an inspection: {owner,
+-- arrival, deadline ('' when it has none), lease, ask, ...}, ask without the
+-- limit a semaphore waiter insists on (its secret is not returned).
+local function queue_waiters(q, max)
+  local out = {}
+  local scored = redis.call('ZRANGE', q.queue, 0, max - 1, 'WITHSCORES')
+  for i = 1, #scored, 2 do
+    local owner, lease, _, _, ask = queue_parse(scored[i])
+    if owner then
+      out[#out + 1] = owner
+      out[#out + 1] = string.format('%d', tonumber(scored[i + 1]))
+      out[#out + 1] = redis.call('ZSCORE', q.waiters, scored[i]) or ''
+      out[#out + 1] = string.format('%d', lease)
+      out[#out + 1] = string.match(ask, '^[^=]*')
+    end
+  end
+  return out
+end
