@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -274,11 +272,3 @@ func hasPrefix(err error, p string) bool {
 }
 
 func isNotReplicated(err error) bool { return err != nil && errors.Is(err, ErrNotReplicated) }
-
-// NewSecret returns a random secret that proves grant messages to one owner
-// id: only the release script, which reads it from the queue, knows it.
-func NewSecret() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
