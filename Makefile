@@ -9,7 +9,7 @@ DOCKER_HELPER := internal/redistest/dockerredis
 # users who do not want otel do not get it in their go.sum.
 OTEL_MODULE := relockotel
 
-.PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names chaos check-redis
+.PHONY: demo test check-go-floor bench bench-kinds bench-cluster bench-names bench-entity chaos check-redis
 
 # $(call beat,WHAT,COMMAND): runs COMMAND, printing "... still running: WHAT (Ns)"
 # every 8s while it runs, so that a long compile (go vet or a first build on a
@@ -84,6 +84,14 @@ bench-cluster: check-redis
 bench-names:
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server not found: the names bench measures its own throwaway server"; exit 1; }
 	cd bench && $(GO) run -mod=mod . -scenarios names $(NAMES_FLAGS)
+
+## bench-entity: uncontended per-entity locks (issue #28), every contender: a new lock
+## name for every acquisition (entity-new) and a name per goroutine re-locked in a loop
+## (entity-own), each on 1 goroutine, 16 goroutines on one Client and 16 processes;
+## acq/s, Redis commands and CPU per Lock+Unlock against the peers (about 3 minutes;
+## ENTITY_FLAGS=-quick for under 1). Writes bench/results/entity.json and entity.png.
+bench-entity: check-redis
+	cd bench && $(GO) run -mod=mod . -scenarios entity-new,entity-own $(ENTITY_FLAGS)
 
 ## chaos: the full fault-injection suite (several minutes): Mutex, semaphore and
 ## RWMutex workloads in worker processes under killed connections, Redis restarts and

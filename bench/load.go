@@ -36,6 +36,7 @@ type Job struct {
 	HoldMax    time.Duration `json:"hold_max"`   // > Hold: each critical section drawn uniformly from [Hold, HoldMax)
 	HoldSeed   uint64        `json:"hold_seed"`  // with HoldMax: the draws' seed, the same for every contender of a round (see holdFor)
 	Once       bool          `json:"once"`       // each goroutine makes one Lock call (the blocked point)
+	FreshNames bool          `json:"fresh"`      // every acquisition a new lock name (entity-new; Locks = Goroutines)
 	Counters   string        `json:"counters"`   // the shared counter file (see shared.go)
 	Duration   time.Duration `json:"duration"`   // no Lock call starts after it
 	Wait       time.Duration `json:"wait"`       // bound of every Lock call
@@ -111,6 +112,9 @@ type load struct {
 	waiting  []atomic.Int32 // 1 while in Lock, 2 once the monitor ended the wait
 	cancels  []context.CancelCauseFunc
 	progress []atomic.Int64 // the last acquisition of each lock, mono ns
+	// nth is, with FreshNames, the number of each goroutine's current lock
+	// name, so that the monitor probes the one name it waits for.
+	nth []atomic.Int64
 
 	probes map[string]int64 // commands the monitor sent, by lower-case name
 
@@ -157,6 +161,21 @@ func (l *load) close() {
 
 func lockName(i int) string { return "L" + strconv.Itoa(i) }
 
+// freshName is the nth name of goroutine slot lock at an entity-new point.
+func freshName(lock int, nth int64) string {
+	return "E" + strconv.Itoa(lock) + "." + strconv.FormatInt(nth, 10)
+}
+
+// nameOf is the lock name goroutine i uses now: with FreshNames its
+// current fresh name, otherwise its lock's fixed name.
+func (l *load) nameOf(i int) string {
+	lock := (l.job.FirstG + i) % l.job.Locks
+	if l.job.FreshNames {
+		return freshName(lock, l.nth[i].Load())
+	}
+	return lockName(lock)
+}
+
 // messages sums the pub/sub messages the clients received so far; ok is
 // false unless every client can tell.
 func (l *load) messages() (n int64, ok bool) {
@@ -182,6 +201,7 @@ func (l *load) run() WorkerResult {
 	l.waiting = make([]atomic.Int32, j.Goroutines)
 	l.cancels = make([]context.CancelCauseFunc, j.Goroutines)
 	l.progress = make([]atomic.Int64, j.Locks)
+	l.nth = make([]atomic.Int64, j.Goroutines)
 	ctxs := make([]context.Context, j.Goroutines)
 	for i := range ctxs {
 		ctxs[i], l.cancels[i] = context.WithCancelCause(context.Background())
@@ -213,7 +233,6 @@ func (l *load) goroutine(ctx context.Context, i int) {
 	j := l.job
 	g := j.FirstG + i
 	lock := g % j.Locks
-	name := lockName(lock)
 	client := l.clients[i%len(l.clients)]
 	var recs []Record
 	var unfinished []Unfinished
@@ -224,6 +243,10 @@ func (l *load) goroutine(ctx context.Context, i int) {
 		l.mu.Unlock()
 	}()
 	for first := true; (first || !j.Once) && mono() < l.res.Deadline && ctx.Err() == nil; first = false {
+		if j.FreshNames {
+			l.nth[i].Add(1) // before waiting is set: the monitor reads it after
+		}
+		name := l.nameOf(i)
 		start := mono()
 		l.waiting[i].Store(1)
 		waitCtx, cancel := context.WithTimeout(ctx, j.Wait)
@@ -307,6 +330,7 @@ func (l *load) monitor(done <-chan struct{}) {
 	type watch struct {
 		freeSince int64 // first probe of the current free, idle stretch
 		counter   int64
+		name      string // the name probed (entity-new: one per acquisition)
 	}
 	watches := map[int]*watch{}
 	limit := l.res.Deadline + int64(l.job.DrainLimit)
@@ -317,11 +341,15 @@ func (l *load) monitor(done <-chan struct{}) {
 		case <-ticker.C:
 		}
 		now := mono()
+		// Only the goroutines still in Lock are probed: one name each,
+		// however many names the run went through.
 		blocked := map[int][]int{} // lock -> goroutines
+		names := map[int]string{}  // lock -> the name they wait for
 		for i := range l.waiting {
 			if l.waiting[i].Load() == 1 {
 				lock := (l.job.FirstG + i) % l.job.Locks
 				blocked[lock] = append(blocked[lock], i)
+				names[lock] = l.nameOf(i)
 			}
 		}
 		if now > limit {
@@ -330,14 +358,14 @@ func (l *load) monitor(done <-chan struct{}) {
 			}
 			continue
 		}
-		states := l.probe(blocked)
+		states := l.probe(names)
 		for lock, gs := range blocked {
 			st, w := states[lock], watches[lock]
 			switch {
 			case !st.ok:
-			case w == nil || !st.free || st.counter != w.counter:
+			case w == nil || w.name != names[lock] || !st.free || st.counter != w.counter:
 				// First look, held, or taken and given back since the last look.
-				watches[lock] = &watch{counter: st.counter}
+				watches[lock] = &watch{counter: st.counter, name: names[lock]}
 				if st.free {
 					watches[lock].freeSince = now
 				}
@@ -366,9 +394,10 @@ type lockState struct {
 	counter int64
 }
 
-// probe reads the keys and the counter of each lock. Its commands are
-// counted, so that they can be left out of the server-side command counts.
-func (l *load) probe(locks map[int][]int) map[int]lockState {
+// probe reads the keys (of the name given) and the counter of each lock. Its
+// commands are counted, so that they can be left out of the server-side
+// command counts.
+func (l *load) probe(locks map[int]string) map[int]lockState {
 	type item struct {
 		lock   int
 		n      int
@@ -376,8 +405,8 @@ func (l *load) probe(locks map[int][]int) map[int]lockState {
 	}
 	var items []item
 	var cmds rueidis.Commands
-	for lock := range locks {
-		keys, quorum := l.c.Keys(l.job.Prefix, lockName(lock))
+	for lock, name := range locks {
+		keys, quorum := l.c.Keys(l.job.Prefix, name)
 		items = append(items, item{lock: lock, n: len(keys), quorum: quorum})
 		for _, k := range keys {
 			cmds = append(cmds, l.raw.B().Exists().Key(k).Build())

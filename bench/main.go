@@ -14,9 +14,11 @@
 //	go run . [-quick] [-rounds 3] [-duration 1s] [-contenders rlock,spin] [-scenarios hot,many,handoff-xproc,fleet,fleet-inproc,blocked]
 //	go run . -scenarios cluster   # the Redis Cluster points (cluster.go), make bench-cluster
 //	go run . -scenarios names     # Redis memory per lock name (names.go), make bench-names
+//	go run . -scenarios entity-new,entity-own   # uncontended per-entity locks (entity.go), make bench-entity
 //
 // It writes results/results.json and results/chart.png (results/cluster.json
-// alone for a run of the cluster points only), and exits 1 when a
+// alone for a run of the cluster points only, results/entity.json and
+// results/entity.png for a run of the entity points only), and exits 1 when a
 // contender lost a counter update, let two holders overlap, left a waiter
 // stuck on a free lock (unless listed in -known-stuck), or the bench failed.
 package main
@@ -65,6 +67,7 @@ type config struct {
 	blockedK    int
 	blockedWin  time.Duration
 	floorMsgs   int
+	entityN     int
 	out         string
 	knownStuck  []string
 	// The cluster points (cluster.go).
@@ -108,6 +111,7 @@ func run() int {
 	flag.DurationVar(&cfg.handoffDur, "handoff-duration", 1500*time.Millisecond, "length of the handoff-xproc runs (holds of 10-20ms: about 60 hand-offs a second)")
 	flag.IntVar(&cfg.blockedK, "blocked-waiters", 16, "blocked scenario: waiters, each one Client with one goroutine in its own worker process")
 	flag.DurationVar(&cfg.blockedWin, "blocked-window", 1500*time.Millisecond, "blocked scenario: the measurement window while every waiter is blocked, after 2s of settling (at most 5s: redsync's lock expires after 8s)")
+	flag.IntVar(&cfg.entityN, "entity-n", 16, "entity-new and entity-own: goroutines of the one-process point (one Client) and processes of the many-process point (one Client and one goroutine each)")
 	flag.IntVar(&cfg.floorMsgs, "floor-msgs", 200, "pub/sub floor probe: messages each round, one every 10-20ms")
 	flag.IntVar(&cfg.clusterProcs, "cluster-procs", 4, "cluster-locks points: worker processes, one Client each")
 	flag.IntVar(&cfg.clusterG, "cluster-goroutines", 256, "cluster-locks points: goroutines in all, spread evenly over the processes")
@@ -172,9 +176,9 @@ func run() int {
 	cfg.knownStuck = splitList(knownStuck)
 	if err == nil && (cfg.rounds < 1 || cfg.duration <= 0 || cfg.wait <= 0 || cfg.stuckAfter <= 0 || cfg.drainLimit <= 0 ||
 		cfg.manyFactor <= 0 || cfg.hotG < 1 || cfg.manyLocks < 1 || cfg.manyWaiters < 1 || cfg.pings < 1 ||
-		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1 ||
+		cfg.fleetProcs < 1 || cfg.handoffDur <= 0 || cfg.blockedK < 1 || cfg.blockedWin <= 0 || cfg.floorMsgs < 1 || cfg.entityN < 1 ||
 		cfg.clusterProcs < 1 || cfg.clusterHotProcs < 1 || cfg.clusterDur <= 0) {
-		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window, -floor-msgs, -cluster-procs, -cluster-hot-procs and -cluster-duration must be positive")
+		err = errors.New("-rounds, -duration, -many-factor, -wait, -stuck-after, -drain-limit, -hot-goroutines, -many-locks, -many-waiters, -pings, -fleet-procs, -handoff-duration, -blocked-waiters, -blocked-window, -floor-msgs, -entity-n, -cluster-procs, -cluster-hot-procs and -cluster-duration must be positive")
 	}
 	if err == nil && cfg.clusterG < cfg.clusterProcs {
 		err = errors.New("-cluster-goroutines must be at least -cluster-procs")
@@ -282,6 +286,7 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		total += len(pc)
 	}
 	clusterOnly := !slices.ContainsFunc(points, func(p Point) bool { return !isClusterPoint(p) })
+	entityOnly := !slices.ContainsFunc(points, func(p Point) bool { return !isEntityPoint(p) })
 	rep := newReport(cfg, points, cs)
 	rep.Server = b.serverInfo(ctx)
 	rep.Server["addr"] = srv.Addr()
@@ -308,8 +313,8 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 		rep.Pings = append(rep.Pings, PingFloor{Round: round, P50: p50, P99: p99})
 		// The pub/sub floors serve the hand-off points on the bench's own
 		// server; a run of cluster points only compares its points with
-		// each other.
-		if clusterOnly {
+		// each other, and the entity points have no hand-offs.
+		if clusterOnly || entityOnly {
 			fmt.Printf("round %d/%d: loopback floor PING p50 %s, p99 %s; load average %s\n", round, cfg.rounds, fmtMs(p50), fmtMs(p99), loadAvg())
 		} else {
 			fl, err := b.pubsubFloor(ctx, round, cfg.floorMsgs, false, byPublish)
@@ -377,10 +382,14 @@ func runBench(ctx context.Context, cfg config) (*Report, bool, error) {
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return rep, true, err
 	}
-	// A run of the cluster points alone keeps the main run's results.
+	// A run of the cluster or the entity points alone keeps the main run's
+	// results.
 	jsonPath, pngPath := filepath.Join(cfg.out, "results.json"), filepath.Join(cfg.out, "chart.png")
-	if clusterOnly {
+	switch {
+	case clusterOnly:
 		jsonPath, pngPath = filepath.Join(cfg.out, "cluster.json"), ""
+	case entityOnly:
+		jsonPath, pngPath = filepath.Join(cfg.out, "entity.json"), filepath.Join(cfg.out, "entity.png")
 	}
 	if err := rep.writeJSON(jsonPath); err != nil {
 		return rep, true, err
@@ -431,9 +440,11 @@ func openRedis(ctx context.Context) (srv *redistest.Server, shared bool, err err
 // allScenarios are the scenarios; defaultScenarios those of a run without
 // -scenarios (handoff, the in-process hand-off point, is left out to keep
 // the default run under 14 minutes: fleet-inproc and handoff-xproc cover
-// hand-offs between Clients in one process and between processes).
+// hand-offs between Clients in one process and between processes; the
+// entity points, another 6 points for every contender, have a target of
+// their own, make bench-entity).
 var (
-	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked", "cluster", "names"}
+	allScenarios     = []string{"hot", "many", "handoff", "handoff-xproc", "fleet", "fleet-inproc", "blocked", "entity-new", "entity-own", "cluster", "names"}
 	defaultScenarios = []string{"hot", "many", "handoff-xproc", "fleet", "fleet-inproc", "blocked"}
 )
 
@@ -469,6 +480,9 @@ func buildPoints(cfg config) []Point {
 			continue
 		case "cluster":
 			pts = append(pts, clusterPoints(cfg)...)
+			continue
+		case "entity-new", "entity-own":
+			pts = append(pts, entityPoints(sc, cfg.entityN)...)
 			continue
 		}
 		holds := cfg.holds

@@ -26,7 +26,9 @@ type Report struct {
 	Pings      []PingFloor       `json:"loopback_floor"`
 	PubSub     []PubSubFloor     `json:"pubsub_floor"`
 	Points     []PointReport     `json:"points"`
-	Figures    map[string]string `json:"figures"` // what each figure means
+	// Entity is the entity points' comparison (entity.go), when they ran.
+	Entity  []EntitySummary   `json:"entity,omitempty"`
+	Figures map[string]string `json:"figures"` // what each figure means
 	// LoadAvg is the machine's load average (1, 5, 15 minutes) at the start
 	// and at the end of the run: the other work the figures ran beside.
 	LoadAvg []string `json:"load_average"`
@@ -85,7 +87,7 @@ func newReport(cfg config, points []Point, cs []Contender) *Report {
 			"quick": cfg.quick, "rounds": cfg.rounds, "duration": cfg.duration.String(), "wait": cfg.wait.String(),
 			"stuck_after": cfg.stuckAfter.String(), "drain_limit": cfg.drainLimit.String(), "pings": cfg.pings,
 			"known_stuck": cfg.knownStuck, "fleet_procs": cfg.fleetProcs, "holds": fmt.Sprint(cfg.holds), "fleet_inproc_holds": fmt.Sprint(cfg.inprocHolds), "handoff_duration": cfg.handoffDur.String(),
-			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs,
+			"blocked_waiters": cfg.blockedK, "blocked_window": cfg.blockedWin.String(), "floor_msgs": cfg.floorMsgs, "entity_n": cfg.entityN,
 			"cluster_procs": cfg.clusterProcs, "cluster_goroutines": cfg.clusterG, "cluster_sharing": fmt.Sprint(cfg.clusterSharing), "cluster_hot_procs": cfg.clusterHotProcs, "cluster_duration": cfg.clusterDur.String(),
 		},
 		Figures: figures,
@@ -120,6 +122,7 @@ func (r *Report) finish() {
 			}
 		}
 	}
+	r.Entity = r.entitySummaries()
 }
 
 func (r *Report) name(slug string) string {
@@ -364,6 +367,7 @@ func (r *Report) printFindings(w io.Writer) bool {
 	r.printFloorComparison(w)
 	r.printIssueSummary(w)
 	r.printClusterSummary(w)
+	r.printEntitySummary(w)
 	r.printLosses(w)
 	return failed
 }

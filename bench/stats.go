@@ -11,7 +11,7 @@ import (
 
 // Point is one configuration of a scenario; every contender runs it.
 type Point struct {
-	Scenario         string        `json:"scenario"` // hot, many, handoff, handoff-xproc, fleet, fleet-inproc, blocked
+	Scenario         string        `json:"scenario"` // hot, many, handoff, handoff-xproc, fleet, fleet-inproc, blocked, entity-new, entity-own
 	Label            string        `json:"label"`
 	Workers          int           `json:"workers"`            // OS processes
 	ClientsPerWorker int           `json:"clients_per_worker"` // lock clients in each
@@ -27,6 +27,10 @@ type Point struct {
 	// Target is the Redis the point runs on: "" the bench's own server, or
 	// a cluster the bench started (see cluster.go).
 	Target string `json:"target,omitempty"`
+	// FreshNames gives every acquisition a lock name never used before
+	// (entity-new: "lock order-123 while processing it"); each goroutine
+	// then has a counter of its own (Locks = Goroutines).
+	FreshNames bool `json:"fresh_names,omitempty"`
 	// Contenders, when set, are the only contenders that run at the point;
 	// otherwise every contender but the ClusterOnly ones does.
 	Contenders []string `json:"contenders,omitempty"`
@@ -49,6 +53,10 @@ func (p Point) Config() string {
 	}
 	s := fmt.Sprintf("%d process(es), %d client(s), %d goroutines, %d lock(s)", p.Workers, p.Clients(), p.Goroutines, p.Locks)
 	switch {
+	case p.FreshNames:
+		return fmt.Sprintf("%d process(es), %d client(s), %d goroutines; every acquisition a lock name never used before: uncontended", p.Workers, p.Clients(), p.Goroutines)
+	case isEntityPoint(p):
+		return s + "; every goroutine its own lock, re-locked in a loop: uncontended"
 	case p.Clients() < 2:
 	case p.ClientsPerWorker == 1:
 		s += "; every Client its own process: x-client hand-offs cross processes"

@@ -3,12 +3,15 @@ package rlock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
@@ -98,6 +101,113 @@ func BenchmarkMutexLockUnlock(b *testing.B) {
 	}
 	b.StopTimer()
 	benchCommands(b, srv, before)
+}
+
+// BenchmarkUncontendedVsSpin sets an uncontended rlock.Mutex Lock and Unlock
+// beside the same on the SET NX PX spin lock with a compare-and-delete Lua
+// release that the bench module and the demo measure against
+// (measure.SpinLocker): one process, one Redis, one op each in turn of the
+// sub-benchmarks, so that what they cost the client compares. Under "own"
+// every op re-locks one name; under "new" every op locks a name never used
+// before (a lock per entity, taken once). cpu-ns/op is this process's CPU
+// time per op (user + system, /proc/self/stat; not reported where that file
+// is missing): the client's work, background goroutines included, without
+// the round trips' idle wait that ns/op also holds. Redis is another process.
+func BenchmarkUncontendedVsSpin(b *testing.B) {
+	c, srv := benchClient(b)
+	spin := measure.NewSpinLocker(redistest.Client(b, srv), "bench", 30*time.Second)
+	spinPrefix := redistest.KeyPrefix(b)
+	ctx := context.Background()
+	locks := []struct {
+		name string
+		op   func(name string) error
+	}{
+		{"rlock", func(name string) error {
+			m := c.Mutex(name)
+			lockCtx, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return m.Unlock(lockCtx)
+		}},
+		{"spin", func(name string) error {
+			unlock, err := spin.Lock(ctx, spinPrefix+name)
+			if err != nil {
+				return err
+			}
+			return unlock(ctx)
+		}},
+	}
+	for _, names := range []string{"own", "new"} {
+		b.Run(names, func(b *testing.B) {
+			for _, l := range locks {
+				b.Run(l.name, func(b *testing.B) {
+					name := func(int) string { return "entity" }
+					if names == "new" {
+						// A prefix of its own per run, so that no name
+						// repeats over b.Loop's growing runs.
+						pfx := "entity-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+						name = func(i int) string { return pfx + strconv.Itoa(i) }
+					}
+					benchUncontended(b, srv, func(i int) error { return l.op(name(i)) })
+				})
+			}
+		})
+	}
+}
+
+// benchUncontended runs op(i) for i = 0, 1, ... b.N-1 and reports the Redis
+// commands and the process's CPU time per op.
+func benchUncontended(b *testing.B, srv *redistest.Server, op func(i int) error) {
+	before, err := srv.CommandStats(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0, cpuOK := processCPU()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := op(i); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	if cpu1, ok := processCPU(); ok && cpuOK {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+	benchCommands(b, srv, before)
+}
+
+// processCPU returns this process's user + system CPU time so far, from
+// /proc/self/stat (fields 14 and 15, in clock ticks of 10ms: USER_HZ is 100
+// on Linux); ok is false where the file is missing or unreadable. The 10ms
+// ticks make it coarse: b.Loop's final run lasts about a second, so the
+// figure is good to about 1%.
+func processCPU() (ns int64, ok bool) {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(data)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[end+1:]) // f[0] is field 3
+	if len(f) < 13 {
+		return 0, false
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // fields 14 (utime) and 15 (stime)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ticks += n
+	}
+	return ticks * int64(10*time.Millisecond), true
 }
 
 // BenchmarkMutexTryLockHeld is TryLock on a lock another owner holds: one
