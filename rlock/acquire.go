@@ -15,7 +15,7 @@ import (
 // A Lock call runs on the engine (see core.Acquisition for its states); the
 // Mutex supplies acquire.lua and its grants (Protocol: Attempt, Parse,
 // AbandonNow, GiveUp, Hold) and, for a blocking Lock with the watchdog's
-// lease, its cohort (Turns: see cohort.go):
+// lease, its cohort (LocalTurns over core.Turns: see turns.go):
 //
 //	kept      the lock kept for this Client after its last Unlock (a turn)
 //	local     a cohort waiter waits in its Client until it is passed the
@@ -68,7 +68,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 type acquisition struct {
 	core.Acquisition
 	m     *Mutex
-	lw    *localWaiter // the wait for a local pass (see cohort.go), if any
+	lw    *localWaiter // the wait for a local pass (see core.Turns), if any
 	pass  *cohortPass  // the lock passed on by a hold of this Client
 	watch *mux.Waiter  // hears messages to this owner once it holds (see cohort.watch)
 	// watchDrop: release the hold if its lock context is dropped without
@@ -131,7 +131,7 @@ func (a *acquisition) Kept(*core.Acquisition) bool {
 // then an attempt could only fail.
 func (a *acquisition) Active() bool { return a.m.t.Active(a.m.name) }
 
-// WaitLocal waits in the cohort (see cohort.go) until passed the lock, given a
+// WaitLocal waits in the cohort (see core.Turns) until passed the lock, given a
 // place, or made the leader.
 func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
 	m := a.m
@@ -216,11 +216,9 @@ func (a *acquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Co
 	}
 	m := a.m
 	lockCtx, cancel := core.LockContext(ctx)
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, a.Owner, a.Reply.Token, a.Lease, a.Renew, cancel)
-	h.Ctx = lockCtx
-	h.SetCount(a.Reply.Count)
-	h.LateAttempts = a.Uncertain
-	m.giveBackOnLapse(h)
+	spec := m.holdSpec(a.Owner, a.Reply.Token, a.Lease, a.Renew, a.Reply.Count, a.Uncertain)
+	spec.Ctx, spec.Cancel = lockCtx, cancel
+	h := m.c.NewHold(spec)
 	if err := ctx.Err(); err != nil || !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		abandon(m.c, m.keys, a.Owner, a.Secret, a.Lease, true)
@@ -253,11 +251,9 @@ func (a *acquisition) holdPassed(ctx context.Context) (context.Context, error) {
 		return nil, m.wrap("lock", err)
 	}
 	lockCtx, cancel := core.LockContext(ctx)
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, cancel)
-	h.Ctx = lockCtx
-	h.SetCount(1)
-	h.LateAttempts = p.Late
-	m.giveBackOnLapse(h)
+	spec := m.holdSpec(p.Owner, p.Token, p.Lease, true, 1, p.Late)
+	spec.Ctx, spec.Cancel = lockCtx, cancel
+	h := m.c.NewHold(spec)
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		m.t.AbortTransit(m.turn(), p)
@@ -278,7 +274,7 @@ func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold, watch bool)
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
 	l := &holdLink{c: m.c, name: m.name, h: h, outer: outer}
 	if watch {
-		core.WatchDrop(m.c, l, &core.Dropped{What: "mutex", Name: m.name, Owner: h.Owner,
+		core.WatchDrop(m.c, l, &core.Dropped{What: "mutex", Name: m.name, Owner: h.Owner(),
 			Release: func() (bool, error) { return m.releaseDropped(h) }, Hold: h})
 	}
 	return context.WithValue(lockCtx, holdsKey{}, l)
@@ -314,8 +310,7 @@ func (m *Mutex) releaseDropped(h *core.Hold) (released bool, err error) {
 // to the caller would never be unlocked; when its outcome stays unknown after
 // the unlock timeout, the whole hold is given up (see core.Hold.Abandon).
 func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (context.Context, error) {
-	h.Serial.Lock()
-	defer h.Serial.Unlock()
+	defer h.Serialize()()
 	if ended, cause := h.State(); ended {
 		return nil, m.notHeld(cause)
 	}
@@ -336,7 +331,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	t := h.Send(newLease)
 	var r acquireReply
 	err := core.RetryTransient(callCtx, func() (err error) {
-		r, err = acquireScript(callCtx, m.c, m.keys, acquireArgs{owner: h.Owner, lease: newLease, reentry: requestID})
+		r, err = acquireScript(callCtx, m.c, m.keys, acquireArgs{owner: h.Owner(), lease: newLease, reentry: requestID})
 		m.c.NoteError(err)
 		return err
 	})
@@ -349,7 +344,7 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 			return nil, m.wrap("re-enter", err)
 		}
 		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
-			return abandonScript(ctx, m.c, m.keys, h.Owner, "-", newLease, false)
+			return abandonScript(ctx, m.c, m.keys, h.Owner(), "-", newLease, false)
 		})
 		return nil, m.wrap("re-enter", ae)
 	}
@@ -374,14 +369,14 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner, req, lease, successorPlace{}, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, successorPlace{}, false)
 		m.c.NoteError(e)
 		return e
 	})
 	switch {
 	case uerr != nil:
 		ae := h.Abandon("re-enter", uerr, func(ctx context.Context) error {
-			return abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, false)
+			return abandonScript(ctx, m.c, m.keys, h.Owner(), "-", lease, false)
 		})
 		return m.wrap("re-enter", fmt.Errorf("%w; taking it back: %w", err, ae))
 	case r.left < 1:

@@ -212,7 +212,7 @@ func (ml *MultiLock) Tokens(lockCtx context.Context) (map[string]uint64, error) 
 	}
 	tokens := make(map[string]uint64, len(mh.holds))
 	for i, h := range mh.holds {
-		tokens[ml.names[i]] = h.Token
+		tokens[ml.names[i]] = h.Token()
 	}
 	return tokens, nil
 }
@@ -442,7 +442,7 @@ func (ml *MultiLock) hold(ctx context.Context, held []context.Context) (context.
 		if member != ctx { // else re-entered: ctx carries the hold already
 			links = &holdLink{c: m.c, name: m.name, h: h, outer: links}
 		}
-		if hc := h.Ctx; hc != nil {
+		if hc := h.Ctx(); hc != nil {
 			stops = append(stops, context.AfterFunc(hc, func() {
 				cancel(fmt.Errorf("rlock: %s member %q: %w", ml.label(), m.name, core.Inner(context.Cause(hc))))
 			}))

@@ -124,7 +124,7 @@ func (m *Mutex) Token(lockCtx context.Context) (uint64, error) {
 	if h == nil {
 		return 0, m.noHold(lockCtx)
 	}
-	return h.Token, nil
+	return h.Token(), nil
 }
 
 // HoldCount returns how many times the owner carried by lockCtx holds the lock
@@ -142,7 +142,7 @@ func (m *Mutex) HoldCount(lockCtx context.Context) (int, error) {
 	}
 	ctx, cancel := m.c.UnlockContext(lockCtx)
 	defer cancel()
-	n, err := m.c.RC.Do(ctx, m.c.RC.B().Hget().Key(m.keys.lock).Field(h.Owner).Build()).AsInt64()
+	n, err := m.c.RC.Do(ctx, m.c.RC.B().Hget().Key(m.keys.lock).Field(h.Owner()).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}

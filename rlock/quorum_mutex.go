@@ -229,8 +229,8 @@ func (qm *QuorumMutex) hold(ctx context.Context, r *round, renew bool) (context.
 			continue
 		}
 		c := q.masters[i].c
-		h := c.NewHold(mutexKind, qm.name, qm.keys.lock, r.owner, 0, r.lease, renew, func(cause error) { qh.masterEnded(i, cause) })
-		h.SetCount(1)
+		h := c.NewHold(core.HoldSpec{Kind: mutexKind, Name: qm.name, Key: qm.keys.lock, Owner: r.owner, Lease: r.lease, Renew: renew,
+			Count: 1, Cancel: func(cause error) { qh.masterEnded(i, cause) }})
 		if c.Register(h) {
 			qh.holds[i] = h
 			qh.live++
@@ -557,14 +557,14 @@ func (qm *QuorumMutex) releaseOn(ctx context.Context, c *core.Client, h *core.Ho
 	req := newRequest(c)
 	var r releaseReply
 	err = core.RetryTransient(ctx, func() (err error) {
-		r, err = releaseScript(ctx, c, qm.keys, h.Owner, req, lease, successorPlace{}, false)
+		r, err = releaseScript(ctx, c, qm.keys, h.Owner(), req, lease, successorPlace{}, false)
 		c.NoteError(err)
 		return err
 	})
 	switch {
 	case err != nil:
 		ae := h.Abandon("unlock", err, func(ctx context.Context) error {
-			return abandonScript(ctx, c, qm.keys, h.Owner, "-", lease, false)
+			return abandonScript(ctx, c, qm.keys, h.Owner(), "-", lease, false)
 		})
 		return false, false, ae
 	case r.left < 0:

@@ -45,7 +45,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 			// A downgrade in the making: granted at once, never queued.
 			// (With WithReplicaAckRetry, a blocking RLock waits for the
 			// replicas while ctx lasts instead.)
-			a.via = wl.h.Owner
+			a.via = wl.h.Owner()
 			a.persist = wait && rw.c.Cfg.ReplicaAckRetry
 			wait = false
 		}
@@ -157,16 +157,14 @@ func (a *rwAcquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.
 	if write {
 		kind, key, name = rwWriteKind, rw.keys.writer, rw.wname
 	}
-	h := rw.c.NewHold(kind, rw.name, key, a.Owner, a.Reply.Token, a.Lease, a.Renew, cancel)
-	h.Ctx = lockCtx
-	h.SetCount(a.Reply.Count)
-	h.LateAttempts = a.Uncertain
-	h.GiveBack = func(ctx context.Context) error {
-		lease, _ := h.Lease()
-		err := rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, h.LateAttempts)
-		rw.c.NoteError(err)
-		return err
-	}
+	h := rw.c.NewHold(core.HoldSpec{Kind: kind, Name: rw.name, Key: key, Owner: a.Owner, Token: a.Reply.Token, Lease: a.Lease,
+		Renew: a.Renew, Count: a.Reply.Count, LateAttempts: a.Uncertain, Ctx: lockCtx, Cancel: cancel,
+		GiveBack: func(ctx context.Context, h *core.Hold) error {
+			lease, _ := h.Lease()
+			err := rwAbandonScript(ctx, rw.c, rw.keys, h.Owner(), "-", write, lease, h.LateAttempts())
+			rw.c.NoteError(err)
+			return err
+		}})
 	if err := ctx.Err(); err != nil || !rw.c.Register(h) {
 		h.End(ErrUnlocked)
 		rwAbandon(rw.c, rw.keys, a.Owner, a.Secret, write, a.Lease, true)
@@ -182,7 +180,7 @@ func (a *rwAcquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.
 	}
 	outer, _ := ctx.Value(holdsKey{}).(*holdLink)
 	l := &holdLink{c: rw.c, name: name, h: h, outer: outer}
-	core.WatchDrop(rw.c, l, &core.Dropped{What: "rwmutex " + lockWord(write) + " lock", Name: rw.name, Owner: h.Owner,
+	core.WatchDrop(rw.c, l, &core.Dropped{What: "rwmutex " + lockWord(write) + " lock", Name: rw.name, Owner: h.Owner(),
 		Release: func() (bool, error) { return rw.releaseDropped(h, write) }, Hold: h})
 	return context.WithValue(lockCtx, holdsKey{}, l), nil
 }
@@ -214,8 +212,7 @@ func (rw *RWMutex) releaseDropped(h *core.Hold, write bool) (released bool, err 
 // call is not abandoned halfway; an outcome still unknown after the unlock
 // timeout gives the whole hold up.
 func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc lockConfig) (context.Context, error) {
-	h.Serial.Lock()
-	defer h.Serial.Unlock()
+	defer h.Serialize()()
 	what := lockWord(write)
 	if e, cause := h.State(); e {
 		return nil, rw.notHeld(what, cause)
@@ -232,7 +229,7 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 	t := h.Send(newLease)
 	var r rwAcquireReply
 	err := core.RetryTransient(callCtx, func() (err error) {
-		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner, write: write, lease: newLease, reentry: requestID,
+		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner(), write: write, lease: newLease, reentry: requestID,
 			persist: rw.c.Cfg.ReplicaAckRetry})
 		rw.c.NoteError(err)
 		return err
@@ -246,7 +243,7 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 			return nil, rw.wrap("re-enter "+what+" lock", err)
 		}
 		ae := h.Abandon("re-enter", err, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, newLease, false)
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner(), "-", write, newLease, false)
 		})
 		return nil, rw.wrap("re-enter "+what+" lock", ae)
 	}
@@ -317,7 +314,7 @@ func (r *rwRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (
 	rw, h := r.rw, r.Hold
 	var left int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner, r.write, r.requestID, r.Lease, h.LateAttempts)
+		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), r.write, r.requestID, r.Lease, h.LateAttempts())
 		rw.c.NoteError(err)
 		return err
 	})
@@ -326,7 +323,7 @@ func (r *rwRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (
 
 // Cleanup frees the hold whatever the release did.
 func (r *rwRelease) Cleanup(ctx context.Context, _ *core.Release) error {
-	return rwAbandonScript(ctx, r.rw.c, r.rw.keys, r.Hold.Owner, "-", r.write, r.Lease, r.Hold.LateAttempts)
+	return rwAbandonScript(ctx, r.rw.c, r.rw.keys, r.Hold.Owner(), "-", r.write, r.Lease, r.Hold.LateAttempts())
 }
 
 func (r *rwRelease) NotHeld(cause error) error { return r.rw.notHeld(lockWord(r.write), cause) }

@@ -210,7 +210,7 @@ func (rw *RWMutex) Token(lockCtx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("%w: the context holds no lock %q: pass the lock context that Lock or RLock returned (or one derived from it), not the context given to it",
 			ErrNotHeld, rw.name)
 	}
-	return h.Token, nil
+	return h.Token(), nil
 }
 
 // HoldCount returns how many times the owner carried by lockCtx holds the lock
@@ -233,7 +233,7 @@ func (rw *RWMutex) HoldCount(lockCtx context.Context) (int, error) {
 	}
 	ctx, cancel := rw.c.UnlockContext(lockCtx)
 	defer cancel()
-	n, err := rw.c.RC.Do(ctx, rw.c.RC.B().Hget().Key(key).Field(h.Owner).Build()).AsInt64()
+	n, err := rw.c.RC.Do(ctx, rw.c.RC.B().Hget().Key(key).Field(h.Owner()).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}

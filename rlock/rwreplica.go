@@ -18,14 +18,14 @@ func (rw *RWMutex) reentryUnacked(ctx context.Context, h *core.Hold, write bool,
 	requestID := rw.c.NewID()
 	var left int64
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		left, e = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner, write, requestID, lease, false)
+		left, e = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), write, requestID, lease, false)
 		rw.c.NoteError(e)
 		return e
 	})
 	switch {
 	case uerr != nil:
 		ae := h.Abandon("re-enter", uerr, func(ctx context.Context) error {
-			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner, "-", write, lease, false)
+			return rwAbandonScript(ctx, rw.c, rw.keys, h.Owner(), "-", write, lease, false)
 		})
 		return rw.wrap("re-enter "+what+" lock", fmt.Errorf("%w; taking it back: %w", err, ae))
 	case left < 1:

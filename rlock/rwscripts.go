@@ -196,8 +196,8 @@ func rwRenewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) 
 	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for _, h := range group {
-		keys = append(keys, h.Key, countsKey(h.Key), fenceKey(h.Key))
-		args = append(args, h.Owner)
+		keys = append(keys, h.Key(), countsKey(h.Key()), fenceKey(h.Key()))
+		args = append(args, h.Owner())
 	}
 	return keys, args
 }

@@ -229,16 +229,20 @@ func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error
 	return n == 1, err
 }
 
-// giveBackOnLapse has h's owner field freed in Redis if h lapses while a
-// renewal or claim extension may have run (see core.Hold.GiveBack): abandon
-// frees it whatever its lease and count, and leaves another owner alone.
-func (m *Mutex) giveBackOnLapse(h *core.Hold) {
-	h.GiveBack = func(ctx context.Context) error {
-		lease, _ := h.Lease()
-		err := abandonScript(ctx, m.c, m.keys, h.Owner, "-", lease, h.LateAttempts)
-		m.c.NoteError(err)
-		return err
-	}
+// holdSpec is the spec of a hold of m (see core.HoldSpec). Its GiveBack
+// frees the owner field in Redis when the hold lapses while a renewal or
+// claim extension may have run, or when Close ends it: abandon frees it
+// whatever its lease and count, and leaves another owner alone.
+func (m *Mutex) holdSpec(owner string, token uint64, lease time.Duration, renew bool, count int64, late bool) core.HoldSpec {
+	return core.HoldSpec{Kind: mutexKind, Name: m.name, Key: m.keys.lock, Owner: owner, Token: token, Lease: lease, Renew: renew,
+		Count: count, LateAttempts: late, GiveBack: m.giveBack}
+}
+
+func (m *Mutex) giveBack(ctx context.Context, h *core.Hold) error {
+	lease, _ := h.Lease()
+	err := abandonScript(ctx, m.c, m.keys, h.Owner(), "-", lease, h.LateAttempts())
+	m.c.NoteError(err)
+	return err
 }
 
 // mutexKind renews Mutex holds for the watchdog.
@@ -250,8 +254,8 @@ func renewArgs(group []*core.Hold, lease time.Duration) (keys, args []string) {
 	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for i, h := range group {
-		keys[i] = h.Key
-		args = append(args, h.Owner)
+		keys[i] = h.Key()
+		args = append(args, h.Owner())
 	}
 	return keys, args
 }

@@ -142,7 +142,7 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	}
 	var rr releaseReply
 	err := core.RetryTransient(ctx, func() (err error) {
-		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner, r.req, r.Lease, place, h.LateAttempts)
+		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner(), r.req, r.Lease, place, h.LateAttempts())
 		m.c.NoteError(err)
 		return err
 	})
@@ -174,7 +174,7 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 
 // Cleanup frees the owner field whatever the release did.
 func (r *mutexRelease) Cleanup(ctx context.Context, _ *core.Release) error {
-	return abandonScript(ctx, r.m.c, r.m.keys, r.Hold.Owner, "-", r.Lease, r.Hold.LateAttempts)
+	return abandonScript(ctx, r.m.c, r.m.keys, r.Hold.Owner(), "-", r.Lease, r.Hold.LateAttempts())
 }
 
 func (r *mutexRelease) NotHeld(cause error) error { return r.m.notHeld(cause) }
@@ -239,10 +239,7 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *mux.Waiter, p
 // that fails gives the hold up (see release), so nothing is left behind
 // that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
-	h := m.c.NewHold(mutexKind, m.name, m.keys.lock, p.Owner, p.Token, p.Lease, true, func(error) {})
-	h.SetCount(1)
-	h.LateAttempts = p.Late
-	m.giveBackOnLapse(h)
+	h := m.c.NewHold(m.holdSpec(p.Owner, p.Token, p.Lease, true, 1, p.Late))
 	if !m.c.Register(h) {
 		h.End(ErrUnlocked)
 		m.t.AbortTransit(m.turn(), p) // closing: give it back in Redis

@@ -243,9 +243,7 @@ func (a *acquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.Co
 		return s.holdPassed(ctx, a.pass)
 	}
 	permitCtx, cancel := core.LockContext(ctx)
-	h := s.c.NewHold(permitKind, s.name, s.keys.permits, a.Owner, 0, a.Lease, a.Renew, cancel)
-	h.Ctx = permitCtx
-	s.giveBackOnLapse(h)
+	h := s.c.NewHold(s.holdSpec(a.Owner, a.Lease, a.Renew, permitCtx, cancel))
 	if err := ctx.Err(); err != nil || !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.abandon(ctx, a.Owner, a.entry(a.Owner, a.Secret), a.Lease)
@@ -324,7 +322,7 @@ func (a *acquisition) Leave(*core.Acquisition) {
 // program drops that context without Release (see core.WatchDrop).
 func (s *Semaphore) withPermit(permitCtx context.Context, h *core.Hold, n int64) context.Context {
 	p := &permit{hold: h, n: n}
-	core.WatchDrop(s.c, p, &core.Dropped{What: "semaphore", Name: s.name, Owner: h.Owner,
+	core.WatchDrop(s.c, p, &core.Dropped{What: "semaphore", Name: s.name, Owner: h.Owner(),
 		Release: func() (bool, error) { return s.releaseDropped(h, n) }, Hold: h})
 	return context.WithValue(permitCtx, permitKey{s.c, s.name}, p)
 }
@@ -420,7 +418,7 @@ func (r *semRelease) Pass(*core.Release) bool {
 func (r *semRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (core.ReleaseReply, error) {
 	var released int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		released, err = r.s.releaseScript(ctx, r.Hold.Owner, r.requestID, r.retried)
+		released, err = r.s.releaseScript(ctx, r.Hold.Owner(), r.requestID, r.retried)
 		r.retried = true // from now on an earlier attempt may have run
 		return err
 	})
@@ -435,7 +433,7 @@ func (r *semRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) 
 
 // Cleanup frees the permits whatever the release did.
 func (r *semRelease) Cleanup(ctx context.Context, _ *core.Release) error {
-	return r.s.abandonScript(ctx, r.Hold.Owner, "")
+	return r.s.abandonScript(ctx, r.Hold.Owner(), "")
 }
 
 func (r *semRelease) NotHeld(cause error) error { return r.s.notHeld(cause) }

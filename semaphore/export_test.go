@@ -31,7 +31,7 @@ func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context,
 	if p == nil {
 		return 0, ErrNotHeld
 	}
-	return s.releaseScript(ctx, p.hold.Owner, requestID, retry)
+	return s.releaseScript(ctx, p.hold.Owner(), requestID, retry)
 }
 
 // AcquireScript runs sem_acquire.lua once for permit id, as a retried attempt

@@ -158,10 +158,16 @@ func (s *Semaphore) abandonScript(ctx context.Context, id, entry string) error {
 	return err
 }
 
-// giveBackOnLapse has h's permits freed in Redis if h lapses while a renewal
-// or claim extension may have run (see core.Hold.GiveBack).
-func (s *Semaphore) giveBackOnLapse(h *core.Hold) {
-	h.GiveBack = func(ctx context.Context) error { return s.abandonScript(ctx, h.Owner, "") }
+// holdSpec is the spec of a hold of permits under id (see core.HoldSpec).
+// Its GiveBack frees them in Redis when the hold lapses while a renewal or
+// claim extension may have run, or when Close ends it.
+func (s *Semaphore) holdSpec(id string, lease time.Duration, renew bool, ctx context.Context, cancel context.CancelCauseFunc) core.HoldSpec {
+	return core.HoldSpec{Kind: permitKind, Name: s.name, Key: s.keys.permits, Owner: id, Lease: lease, Renew: renew,
+		Ctx: ctx, Cancel: cancel, GiveBack: s.giveBack}
+}
+
+func (s *Semaphore) giveBack(ctx context.Context, h *core.Hold) error {
+	return s.abandonScript(ctx, h.Owner(), "")
 }
 
 func newSecret() string { return core.NewSecret() }
@@ -226,9 +232,9 @@ func renewPermitsArgs(group []*core.Hold, lease time.Duration) (keys, args []str
 	args = make([]string, 1, len(group)+1)
 	args[0] = ms(lease)
 	for _, h := range group {
-		base := strings.TrimSuffix(h.Key, permitsSuffix)
-		keys = append(keys, h.Key, base+countsSuffix, base)
-		args = append(args, h.Owner)
+		base := strings.TrimSuffix(h.Key(), permitsSuffix)
+		keys = append(keys, h.Key(), base+countsSuffix, base)
+		args = append(args, h.Owner())
 	}
 	return keys, args
 }

@@ -60,9 +60,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *core.Pass) (context.Conte
 		return nil, s.wrap("acquire", err)
 	}
 	permitCtx, cancel := core.LockContext(ctx)
-	h := s.c.NewHold(permitKind, s.name, s.keys.permits, p.Owner, 0, p.Lease, true, cancel)
-	h.Ctx = permitCtx
-	s.giveBackOnLapse(h)
+	h := s.c.NewHold(s.holdSpec(p.Owner, p.Lease, true, permitCtx, cancel))
 	if !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.turns.AbortTransit(s.turn(), p)
@@ -80,8 +78,7 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *core.Pass) (context.Conte
 // fails gives the lease up (see release), leaving nothing to report.
 func (s *Semaphore) handOn(p *core.Pass) {
 	permitCtx, cancel := context.WithCancelCause(context.Background())
-	h := s.c.NewHold(permitKind, s.name, s.keys.permits, p.Owner, 0, p.Lease, true, cancel)
-	s.giveBackOnLapse(h)
+	h := s.c.NewHold(s.holdSpec(p.Owner, p.Lease, true, nil, cancel))
 	if !s.c.Register(h) {
 		h.End(ErrReleased)
 		s.turns.AbortTransit(s.turn(), p)

@@ -19,7 +19,7 @@ import (
 // dated like any grant (from a command sent before it), so it never outruns
 // Redis; a claim that lapses ends the hold with ErrLeaseLost, and gives the
 // lock back if the extension may have run (its reply late or lost, see
-// Hold.GiveBack), so that the next waiter does not wait out a whole lease.
+// HoldSpec.GiveBack), so that the next waiter does not wait out a whole lease.
 
 // claimSlack lets claims due this close together share one renewal.
 const claimSlack = 100 * time.Millisecond

@@ -175,13 +175,9 @@ func (c *Client) Close() {
 // cut short with the rest of the background work (see Close), leaving the
 // hold to expire with its lease when Redis does not answer.
 func (c *Client) endAndFree(h *Hold) {
-	if !h.end(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed))) || h.GiveBack == nil {
-		return // ended by something else, which answers for it
+	if h.end(fmt.Errorf("%w: %w", h.leaseLost(), Inner(ErrClosed))) {
+		h.freeInBackground() // (else ended by something else, which answers for it)
 	}
-	giveBack := h.GiveBack
-	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
-		_ = RetryTransient(ctx, func() error { return giveBack(ctx) })
-	})
 }
 
 // Enter registers a call in flight, which Close waits for; it reports false
@@ -281,7 +277,7 @@ func (c *Client) Holding(k *Kind, key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for h := range c.holds {
-		if h.kind == k && h.Key == key {
+		if h.kind == k && h.key == key {
 			return true
 		}
 	}

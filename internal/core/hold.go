@@ -51,30 +51,22 @@ func (h *Hold) leaseLost() error {
 type Hold struct {
 	c     *Client
 	kind  *Kind
-	Owner string // owner field or permit id in Redis
-	Key   string // the key its Kind renews
-	Token uint64 // fencing token, when the primitive has one
-	Name  string // the lock's or semaphore's name, for metrics
+	owner string // owner field or permit id in Redis
+	key   string // the key its Kind renews
+	token uint64 // fencing token, when the primitive has one
+	name  string // the lock's or semaphore's name, for metrics
 	since time.Time
-	// LateAttempts: an acquisition attempt of this owner field may still run
-	// in Redis (its reply was lost), so freeing the field must leave a
-	// tombstone against it. Set before Register.
-	LateAttempts bool
-	// GiveBack, when set (before Start), frees the hold's owner field in
-	// Redis: an owner-checked abandon, idempotent, that frees it whether or
-	// not a command that extended its lease ran. It runs in the background
-	// when the hold lapses while such a command may have run (see lapse).
-	GiveBack func(ctx context.Context) error
-	// Ctx, when set (after NewHold), is the context that End cancels (see
-	// LockContext), without the value that carries the hold: what a
-	// context.AfterFunc may wait on without keeping the lock context, which
-	// WatchDrop watches, reachable.
-	Ctx    context.Context
-	cancel context.CancelCauseFunc
+	// lateAttempts: an acquisition attempt of this owner field may still
+	// run in Redis (its reply was lost), so freeing the field must leave a
+	// tombstone against it.
+	lateAttempts bool
+	giveBack     func(ctx context.Context, h *Hold) error // see HoldSpec.GiveBack
+	ctx          context.Context                          // see HoldSpec.Ctx
+	cancel       context.CancelCauseFunc
 
-	// Serial serialises the calls that change the hold count (re-entry,
+	// serial serialises the calls that change the hold count (re-entry,
 	// release) of one hold, so that the count known here is Redis's.
-	Serial sync.Mutex
+	serial sync.Mutex
 
 	mu        sync.Mutex
 	lease     time.Duration
@@ -136,9 +128,80 @@ func validUntil(sentAt time.Time, lease time.Duration) time.Time {
 	return sentAt.Add(lease - DriftMargin(lease))
 }
 
-// NewHold describes a hold; Register it, then Start it.
-func (c *Client) NewHold(kind *Kind, name, key, owner string, token uint64, lease time.Duration, renew bool, cancel context.CancelCauseFunc) *Hold {
-	return &Hold{c: c, kind: kind, Name: name, Key: key, Owner: owner, Token: token, cancel: cancel, lease: lease, maxLease: lease, renew: renew, since: time.Now()}
+// HoldSpec is what a hold is made of; it does not change once the hold is
+// made (see NewHold).
+type HoldSpec struct {
+	Kind             *Kind
+	Name, Key, Owner string
+	Token            uint64 // fencing token, when the primitive has one
+	Lease            time.Duration
+	Renew            bool  // the watchdog renews it
+	Count            int64 // hold count (re-entries); 0: the kind counts none
+	LateAttempts     bool  // see Hold.LateAttempts
+	Ctx              context.Context
+	Cancel           context.CancelCauseFunc
+	// Ctx is the context that End cancels (see LockContext), without the
+	// value that carries the hold: what a context.AfterFunc may wait on
+	// without keeping the lock context, which WatchDrop watches, reachable.
+	// Cancel cancels it.
+	//
+	// GiveBack, if not nil, frees the hold's owner field in Redis: an
+	// owner-checked abandon, idempotent, that frees it whether or not a
+	// command that extended its lease ran. It runs in the background when
+	// the hold lapses while such a command may have run (see lapse), and
+	// when Close ends the hold.
+	GiveBack func(ctx context.Context, h *Hold) error
+}
+
+// NewHold makes a hold as spec says; Register it, then Start it.
+func (c *Client) NewHold(spec HoldSpec) *Hold {
+	h := &Hold{c: c, kind: spec.Kind, name: spec.Name, key: spec.Key, owner: spec.Owner, token: spec.Token,
+		lateAttempts: spec.LateAttempts, giveBack: spec.GiveBack, ctx: spec.Ctx, cancel: spec.Cancel,
+		lease: spec.Lease, maxLease: spec.Lease, renew: spec.Renew, count: spec.Count, since: time.Now()}
+	if h.cancel == nil {
+		h.cancel = func(error) {}
+	}
+	return h
+}
+
+// Owner is the hold's owner field (or permit id) in Redis.
+func (h *Hold) Owner() string { return h.owner }
+
+// Key is the key the hold's Kind renews.
+func (h *Hold) Key() string { return h.key }
+
+// Token is the hold's fencing token (0: the primitive has none).
+func (h *Hold) Token() uint64 { return h.token }
+
+// Name is the lock's or semaphore's name.
+func (h *Hold) Name() string { return h.name }
+
+// LateAttempts tells that an acquisition attempt of the owner field may
+// still run in Redis (its reply was lost): freeing the field must leave a
+// tombstone against it.
+func (h *Hold) LateAttempts() bool { return h.lateAttempts }
+
+// Ctx is the context End cancels (see HoldSpec.Ctx); nil if none was given.
+func (h *Hold) Ctx() context.Context { return h.ctx }
+
+// Serialize begins a change of the hold count (a re-entry, a release), one
+// at a time per hold, so that the count known here is Redis's; call the
+// function it returns when the change is done.
+func (h *Hold) Serialize() (done func()) {
+	h.serial.Lock()
+	return h.serial.Unlock
+}
+
+// freeInBackground runs the hold's GiveBack in the background, retried for
+// up to the unlock timeout.
+func (h *Hold) freeInBackground() {
+	if h.giveBack == nil {
+		return
+	}
+	c := h.c
+	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		_ = RetryTransient(ctx, func() error { return h.giveBack(ctx, h) })
+	})
 }
 
 // Start arms the expiry timer for the lease granted by the acquisition dated
@@ -170,13 +233,9 @@ func (h *Hold) lapse() {
 	}
 	unsure := h.sent > h.applied && h.releasing == 0
 	h.mu.Unlock()
-	if !h.end(h.leaseLost()) || !unsure || h.GiveBack == nil {
-		return
+	if h.end(h.leaseLost()) && unsure {
+		h.freeInBackground()
 	}
-	c, giveBack := h.c, h.GiveBack
-	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
-		_ = RetryTransient(ctx, func() error { return giveBack(ctx) })
-	})
 }
 
 // ValidUntil is when the hold's last confirmed lease runs out, less the drift

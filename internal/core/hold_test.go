@@ -23,7 +23,7 @@ func TestOnEnd(t *testing.T) {
 	}
 	defer c.Close()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	h := c.NewHold(&core.Kind{Name: "test"}, "test", "k", "o", 1, time.Minute, false, cancel)
+	h := c.NewHold(core.HoldSpec{Kind: &core.Kind{Name: "test"}, Name: "test", Key: "k", Owner: "o", Token: 1, Lease: time.Minute, Cancel: cancel})
 	if !c.Register(h) {
 		t.Fatal("Register refused a hold before Close")
 	}

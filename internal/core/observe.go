@@ -175,6 +175,6 @@ func (c *Client) holdEnded(h *Hold, cause error) {
 	s.HoldsEnded.Add(1)
 	s.HoldNanos.Add(int64(held))
 	if c.Obs != nil && h.kind != nil {
-		c.Obs.HoldEnded(&Event{Kind: h.kind.Name, Name: h.Name, Start: h.since, Duration: held, Err: cause, Lost: lost, Abandoned: abandoned})
+		c.Obs.HoldEnded(&Event{Kind: h.kind.Name, Name: h.name, Start: h.since, Duration: held, Err: cause, Lost: lost, Abandoned: abandoned})
 	}
 }

@@ -61,8 +61,7 @@ type Releaser interface {
 // Run releases one level of r.Hold, one release of a hold at a time.
 func (r *Release) Run(ctx context.Context, k Releaser) error {
 	h := r.Hold
-	h.Serial.Lock()
-	defer h.Serial.Unlock()
+	defer h.Serialize()()
 	if ended, cause := h.State(); ended {
 		return k.NotHeld(cause)
 	}

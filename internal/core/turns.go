@@ -334,7 +334,7 @@ func (t *Turns) TakePromotion(lw *TurnWaiter) *Promotion {
 
 // Form records h, just acquired in Redis by the acquisition of lw (nil if it
 // had none), as the Client's holder of the lock, free to pass it on while
-// the budget lasts: passes take the fencing tokens h.Token+1..last (NoTokens:
+// the budget lasts: passes take the fencing tokens h.token+1..last (NoTokens:
 // a kind without them). The turn takes watch, if any (see TurnWatch).
 // contended says whether other waiters were queued in Redis then.
 func (t *Turns) Form(name string, h *Hold, last uint64, lw *TurnWaiter, watch TurnWatch, contended bool) {
@@ -352,7 +352,7 @@ func (t *Turns) Form(name string, h *Hold, last uint64, lw *TurnWaiter, watch Tu
 		co.leader = nil
 	}
 	co.held, co.hold = true, h
-	co.next, co.last = h.Token+1, last
+	co.next, co.last = h.token+1, last
 	co.passed, co.since, co.unparked = 0, time.Now(), 0
 	co.contended = contended
 }
@@ -414,7 +414,7 @@ func (co *cohort) newPass(h *Hold) *Pass {
 	if !renewed || !confirmed || time.Until(until) < margin(lease, claim) {
 		return nil
 	}
-	p := &Pass{Owner: h.Owner, Token: co.next, Lease: lease, Until: until, Epoch: epoch, Late: h.LateAttempts, Claim: claim, At: time.Now()}
+	p := &Pass{Owner: h.owner, Token: co.next, Lease: lease, Until: until, Epoch: epoch, Late: h.lateAttempts, Claim: claim, At: time.Now()}
 	if co.last != NoTokens {
 		co.next++
 	}

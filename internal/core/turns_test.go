@@ -82,7 +82,7 @@ func newTurnsEnv(t *testing.T, linger time.Duration) *turnsEnv {
 
 // hold makes a renewed hold with token and lease, valid from now.
 func (e *turnsEnv) hold(owner string, token uint64, lease time.Duration) *Hold {
-	h := e.c.NewHold(&Kind{Name: "test"}, e.lock.name, "k", owner, token, lease, true, func(error) {})
+	h := e.c.NewHold(HoldSpec{Kind: &Kind{Name: "test"}, Name: e.lock.name, Key: "k", Owner: owner, Token: token, Lease: lease, Renew: true})
 	h.StartFrom(time.Now().Add(lease), e.c.Epoch())
 	e.t.Cleanup(func() { h.End(errors.New("test over")) })
 	return h
@@ -90,7 +90,7 @@ func (e *turnsEnv) hold(owner string, token uint64, lease time.Duration) *Hold {
 
 // adopt makes the hold a pass becomes, as a kind's holdPassed does.
 func (e *turnsEnv) adopt(p *Pass) *Hold {
-	h := e.c.NewHold(&Kind{Name: "test"}, e.lock.name, "k", p.Owner, p.Token, p.Lease, true, func(error) {})
+	h := e.c.NewHold(HoldSpec{Kind: &Kind{Name: "test"}, Name: e.lock.name, Key: "k", Owner: p.Owner, Token: p.Token, Lease: p.Lease, Renew: true})
 	h.StartFrom(p.Until, p.Epoch)
 	e.tt.Adopt(e.lock.name, h)
 	e.t.Cleanup(func() { h.End(errors.New("test over")) })

@@ -209,7 +209,7 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	for _, h := range holds {
 		k := batchKey{kind: h.kind}
 		if cluster {
-			k.slot = slot.Of(h.Key)
+			k.slot = slot.Of(h.key)
 		}
 		groups[k] = append(groups[k], h)
 	}
@@ -272,7 +272,7 @@ func (c *Client) byNode(batches []*renewal) [][]*renewal {
 	index := map[string]int{}
 	var lanes [][]*renewal
 	for _, b := range batches {
-		s := slot.Of(b.holds[0].Key)
+		s := slot.Of(b.holds[0].key)
 		node := c.slots.node(s)
 		if node == "" {
 			node = "slot " + strconv.Itoa(int(s))

@@ -8,7 +8,7 @@
 -- process gets its next turn after them), or, when no one else is queued,
 -- keeps the lock for the holder's owner field with its lease re-set and a new
 -- block of fencing tokens, so the holder passes it on locally (cohorting, see
--- rlock/cohort.go) without a round trip per holder.
+-- core.Turns, internal/core/turns.go) without a round trip per holder.
 --
 -- Idempotent per request id: a retry of a release whose reply was lost returns
 -- the first outcome instead of decrementing again.

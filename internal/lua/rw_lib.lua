@@ -43,7 +43,7 @@
 -- Bounds the waiters one script serves, so that no script runs long.
 local RW_SERVE_MAX = 100
 -- The tag of every reader waiter of a lock on its read channel (see
--- pubsubx.SetTag): no owner field is spelt so.
+-- mux.Waiter.SetTag): no owner field is spelt so.
 local RW_READ_TAG = 'r'
 
 local rwq = {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
