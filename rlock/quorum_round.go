@@ -190,6 +190,12 @@ func (qm *QuorumMutex) askAcked(ctx context.Context, c *core.Client, keys, args 
 		return err == nil && v.kind == voteGranted, err
 	})
 	switch {
+	case err != nil && v.kind == voteGranted && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		// The master granted the vote, and the attempt's own deadline ran
+		// out in WAIT (a loaded server or client): Redis answered, its
+		// replicas did not acknowledge in time.
+		c.NoteError(err)
+		return vote{kind: voteUnacked, err: c.NotReplicated(ctx, 0)}
 	case err != nil:
 		c.NoteError(err)
 		_, isRedis := rueidis.IsRedisErr(err)
