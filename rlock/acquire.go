@@ -254,14 +254,9 @@ func (a *acquisition) holdPassed(ctx context.Context) (context.Context, error) {
 	spec := m.holdSpec(p.Owner, p.Token, p.Lease, true, 1, p.Late)
 	spec.Ctx, spec.Cancel = lockCtx, cancel
 	h := m.c.NewHold(spec)
-	if !m.c.Register(h) {
-		h.End(ErrUnlocked)
-		m.t.AbortTransit(m.turn(), p)
+	if !m.t.TakeOver(m.turn(), h, p, ErrUnlocked) {
 		return nil, ErrClosed
 	}
-	h.StartFrom(p.Until, p.Epoch)
-	h.AwaitExtension(p.Claim)
-	m.t.Adopt(m.name, h)
 	h.OnEnd(func() { m.t.Dissolve(m.name, h) })
 	return m.withHold(ctx, lockCtx, h, a.watchDrop), nil
 }

@@ -240,13 +240,8 @@ func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *mux.Waiter, p
 // that the error could report.
 func (m *Mutex) handOn(p *cohortPass) {
 	h := m.c.NewHold(m.holdSpec(p.Owner, p.Token, p.Lease, true, 1, p.Late))
-	if !m.c.Register(h) {
-		h.End(ErrUnlocked)
-		m.t.AbortTransit(m.turn(), p) // closing: give it back in Redis
-		return
+	if !m.t.TakeOver(m.turn(), h, p, ErrUnlocked) {
+		return // closing: given back in Redis
 	}
-	h.StartFrom(p.Until, p.Epoch)
-	h.AwaitExtension(p.Claim)
-	m.t.Adopt(m.name, h)
 	_ = m.release(context.Background(), h, newRequest(m.c), releasePass)
 }

@@ -61,14 +61,9 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *core.Pass) (context.Conte
 	}
 	permitCtx, cancel := core.LockContext(ctx)
 	h := s.c.NewHold(s.holdSpec(p.Owner, p.Lease, true, permitCtx, cancel))
-	if !s.c.Register(h) {
-		h.End(ErrReleased)
-		s.turns.AbortTransit(s.turn(), p)
+	if !s.turns.TakeOver(s.turn(), h, p, ErrReleased) {
 		return nil, ErrClosed
 	}
-	h.StartFrom(p.Until, p.Epoch)
-	h.AwaitExtension(p.Claim)
-	s.turns.Adopt(s.name, h)
 	h.OnEnd(func() { s.turns.Dissolve(s.name, h) })
 	return s.withPermit(permitCtx, h, 1), nil
 }
@@ -79,13 +74,8 @@ func (s *Semaphore) holdPassed(ctx context.Context, p *core.Pass) (context.Conte
 func (s *Semaphore) handOn(p *core.Pass) {
 	permitCtx, cancel := context.WithCancelCause(context.Background())
 	h := s.c.NewHold(s.holdSpec(p.Owner, p.Lease, true, nil, cancel))
-	if !s.c.Register(h) {
-		h.End(ErrReleased)
-		s.turns.AbortTransit(s.turn(), p)
-		return
+	if !s.turns.TakeOver(s.turn(), h, p, ErrReleased) {
+		return // closing: given back in Redis
 	}
-	h.StartFrom(p.Until, p.Epoch)
-	h.AwaitExtension(p.Claim)
-	s.turns.Adopt(s.name, h)
 	_ = s.release(permitCtx, &permit{hold: h, n: 1}, s.c.NewID(), false, false)
 }

@@ -374,6 +374,23 @@ func (t *Turns) AbortTransit(k TurnLock, p *Pass) {
 	k.GiveBack(p)
 }
 
+// TakeOver registers h, the hold the pass p becomes, and starts it where
+// the passing hold left off: valid as p says, a claim it carries awaiting
+// its extension, and the Client's holder of k from now on. When the Client
+// is closing, h ends with cause ended and the lock is given back (see
+// AbortTransit); TakeOver then reports false.
+func (t *Turns) TakeOver(k TurnLock, h *Hold, p *Pass, ended error) bool {
+	if !h.c.Register(h) {
+		h.End(ended)
+		t.AbortTransit(k, p)
+		return false
+	}
+	h.StartFrom(p.Until, p.Epoch)
+	h.AwaitExtension(p.Claim)
+	t.Adopt(k.TurnName(), h)
+	return true
+}
+
 // PassOn hands the lock held by h to the oldest local waiter, if the budget
 // allows; h must be at its last hold level. It reports whether it did: h is
 // then the caller's to end, and nothing is to be done in Redis.
