@@ -384,7 +384,9 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 }
 
 // startAcquisition readies the engine's part of a Lock call (see
-// core.Acquisition): a new owner id, the watchdog's lease or the call's own.
+// core.Acquisition): the watchdog's lease or the call's own. The owner id
+// comes with the first attempt: a lock kept or passed within the Client
+// needs none.
 func startAcquisition(a *core.Acquisition, c *core.Client, p core.Protocol, spec core.Spec, lc lockConfig, wait bool) {
 	a.C, a.Proto, a.Spec, a.Wait = c, p, spec, wait
 	a.WaitTimeout, a.WaitSet = lc.waitTimeout, lc.waitSet
@@ -392,7 +394,6 @@ func startAcquisition(a *core.Acquisition, c *core.Client, p core.Protocol, spec
 	if lc.leaseSet {
 		a.Lease, a.Renew = lc.lease, false
 	}
-	a.NewOwner()
 }
 
 // keepHandOff is the rule by which a waiter with secret keeps a message to

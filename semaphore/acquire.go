@@ -142,8 +142,7 @@ func (s *Semaphore) prepare(ctx context.Context, want string, n int64, wait bool
 	if cfg.leaseSet {
 		a.Lease, a.Renew = cfg.lease, false
 	}
-	a.NewOwner()
-	return a, nil
+	return a, nil // the permit id comes with the first attempt (see core.Acquisition.try)
 }
 
 // acquisition is one Acquire or Drain call, run by the engine with the

@@ -14,6 +14,9 @@ import (
 // name; a grant or a pass that came in since the last attempt is taken
 // without asking Redis.
 func (a *Acquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Duration, error) {
+	if a.Owner == "" {
+		a.NewOwner() // not before: a lock kept or passed within the Client needs none
+	}
 	if w != nil {
 		if done, ok, retry := a.woken(w); done {
 			return ok, retry, nil
