@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -51,10 +52,10 @@ func (m *Mutex) lock(ctx context.Context, wait bool, opts []LockOption, call *co
 		call.Via = core.ViaReentry
 		return m.reenter(ctx, h, lc)
 	}
-	a := &acquisition{m: m, watchDrop: !lc.member}
+	a := newAcquisition(m, !lc.member)
 	// The call's record lives in a, copied out as the call returns: a
 	// pointer kept in a would cost every Lock an allocation.
-	defer a.Call.CopyTo(call)
+	defer a.done(call)
 	startAcquisition(&a.Acquisition, m.c, a, core.Spec{Channel: m.keys.grants, Weight: 1, RecheckCap: recheckCap(m.c),
 		MaxClaim: MaxClaimWindow, Busy: ErrLocked, Pkg: "rlock", Op: "lock", Name: m.name}, lc, wait)
 	if a.Renew && !m.fair {
@@ -74,6 +75,27 @@ type acquisition struct {
 	// watchDrop: release the hold if its lock context is dropped without
 	// Unlock (see Mutex.withHold); off for a MultiLock's members.
 	watchDrop bool
+}
+
+// acquisitions recycles the state of Lock calls: it reaches the engine
+// through interfaces, which puts it on the heap, and at some 700 bytes it
+// would be the largest allocation of a Lock. Nothing keeps a pointer to it
+// once Run has returned: the engine leaves its subscriptions and its place
+// among the cohort's waiters before then, and what runs in the background
+// (abandon) is given values, not the acquisition.
+var acquisitions = sync.Pool{New: func() any { return new(acquisition) }}
+
+func newAcquisition(m *Mutex, watchDrop bool) *acquisition {
+	a := acquisitions.Get().(*acquisition)
+	a.m, a.watchDrop = m, watchDrop
+	return a
+}
+
+// done copies the call's record out and recycles a.
+func (a *acquisition) done(call *core.Call) {
+	a.Call.CopyTo(call)
+	*a = acquisition{}
+	acquisitions.Put(a)
 }
 
 // Attempt runs acquire.lua once (see core.Protocol).
