@@ -190,7 +190,7 @@ func (a *rwAcquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.
 func (rw *RWMutex) releaseDropped(h *core.Hold, write bool) (released bool, err error) {
 	for {
 		before, _ := h.Count()
-		err := rw.release(context.Background(), h, write, rw.c.NewID())
+		err := rw.release(context.Background(), h, write, rw.c.NewID(), false)
 		switch {
 		case errors.Is(err, ErrNotHeld) && !released:
 			return false, nil // ended meanwhile
@@ -272,14 +272,14 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 		if l == nil {
 			return rw.noHold(lockCtx, write)
 		}
-		return rw.release(lockCtx, l.h, write, rw.c.NewID())
+		return rw.release(lockCtx, l.h, write, rw.c.NewID(), true)
 	}
 	start := time.Now()
 	var err error
 	final := false
 	if l == nil {
 		err = rw.noHold(lockCtx, write)
-	} else if err = rw.release(lockCtx, l.h, write, rw.c.NewID()); err == nil {
+	} else if err = rw.release(lockCtx, l.h, write, rw.c.NewID(), true); err == nil {
 		final, _ = l.h.State()
 	}
 	kind, op := rwReadKind, "RUnlock"
@@ -292,9 +292,10 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 
 // release drops one level of h (see core.Release): retried with one request
 // id for up to the unlock timeout, and the hold given up when its outcome
-// stays unknown.
-func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, requestID string) error {
-	r := &rwRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked}, rw: rw, write: write, requestID: requestID}
+// stays unknown. caller: Unlock or RUnlock waits for it (see
+// core.Release.Caller).
+func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, requestID string, caller bool) error {
+	r := &rwRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: caller}, rw: rw, write: write, requestID: requestID}
 	return r.Run(lockCtx, r)
 }
 

@@ -100,7 +100,7 @@ const (
 // release releases one level of h (see core.Release); mode says whether the
 // final level may pass the lock on or keep it in the Client.
 func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mode releaseMode) error {
-	r := &mutexRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked}, m: m, req: req, mode: mode}
+	r := &mutexRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: mode != releasePass}, m: m, req: req, mode: mode}
 	return r.Run(lockCtx, r)
 }
 

@@ -381,9 +381,10 @@ func (s *Semaphore) releasePermits(permitCtx context.Context) error {
 // tells that a request of that id may have run already (only tests replay
 // one). A one-permit lease goes to the next waiter of this Client instead
 // while its turn lasts, or, with mayPark, is kept for this Client's next
-// Acquire (see turns.go).
+// Acquire (see turns.go); mayPark is Release's own, which its caller waits
+// for (see core.Release.Caller).
 func (s *Semaphore) release(permitCtx context.Context, p *permit, requestID string, retried, mayPark bool) error {
-	r := &semRelease{Release: core.Release{Hold: p.hold, Op: "release", Ended: ErrReleased}, s: s, n: p.n,
+	r := &semRelease{Release: core.Release{Hold: p.hold, Op: "release", Ended: ErrReleased, Caller: mayPark}, s: s, n: p.n,
 		requestID: requestID, retried: retried, mayPark: mayPark}
 	return r.Run(permitCtx, r)
 }

@@ -93,7 +93,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 	}
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	c := &Client{
-		RC:        bounded{rc},
+		RC:        newBounded(rc),
 		ID:        uuid.NewString(),
 		Cfg:       cfg,
 		Mux:       m,

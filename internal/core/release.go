@@ -32,6 +32,10 @@ type Release struct {
 	Final bool   // the hold's last level (set by Run)
 	Lease time.Duration
 	Round int // rounds of the script so far
+	// Caller: an Unlock, RUnlock or Release waits for it, bounded by the
+	// unlock timeout, and Close does not: its commands run inline (see
+	// bounded). Not for releases in the background, which Close cuts short.
+	Caller bool
 }
 
 // ReleaseReply is what a round of a release script found.
@@ -81,6 +85,9 @@ func (r *Release) script(ctx context.Context, k Releaser) error {
 	defer h.EndRelease()
 	ctx, cancel := h.c.UnlockContext(ctx)
 	defer cancel()
+	if r.Caller {
+		ctx = Inline(ctx)
+	}
 	r.Lease, _ = h.Lease()
 	for ; ; r.Round++ {
 		t := h.Send(r.Lease)
