@@ -37,8 +37,8 @@
 -- Expiry: the writer hash expires with the writer's lease; the readers zset
 -- and counts hash with their last reader's lease; the queue zsets and arrival
 -- counter with their last deadline; the fencing counter as fence_lib.lua
--- says, and FENCE_KEEP_MS past the last reader's lease (rw_keep_readers,
--- rw_renew.lua), so that readers share one token while any of them holds.
+-- says, and FENCE_KEEP_MS past the last reader's lease (fence_keep), so
+-- that readers share one token while any of them holds.
 
 -- The tag of every reader waiter of a lock on its read channel (see
 -- mux.Waiter.SetTag), which is also what a reader asks for: no owner field
@@ -75,32 +75,19 @@ local function rw_reclaim(now)
   end
 end
 
--- Makes the readers zset and counts hash outlive a reader lease ending at at,
--- and the fencing counter too (fence_keep): readers share the last writer's
--- token for as long as any reader holds, however long after that token.
-local function rw_keep_readers(now, at)
-  for i = 2, 3 do
-    local pttl = redis.call('PTTL', KEYS[i])
-    if pttl ~= -2 and (pttl < 0 or now + pttl < at) then
-      redis.call('PEXPIREAT', KEYS[i], at + 1)
-    end
-  end
-  fence_keep(KEYS[7], now, at)
-end
-
 -- Gives owner a read hold (count 1) with a lease of lease ms from now.
 local function rw_grant_reader(now, owner, lease)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], at, owner)
   redis.call('HSET', KEYS[3], owner, 1)
-  rw_keep_readers(now, at)
+  fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
 end
 
 -- Sets the lease of owner's read hold afresh (it must hold).
 local function rw_renew_reader(now, owner, lease)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], 'XX', at, owner)
-  rw_keep_readers(now, at)
+  fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
 end
 
 local function rw_drop_reader(owner)
@@ -195,11 +182,8 @@ end
 -- this file and queue_serve). self is the calling owner: a grant to it is not
 -- announced, and runs for its whole lease once the caller finds it. publish
 -- is PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read
--- channel, grants the grant channel prefix. Call rw_reclaim first. Returns,
--- when the head could not be told of its grant (an ACL refuses the channel),
--- the refusal: the grant is not made, and the head stays queued and takes the
--- lock when it re-checks. Other notices that may not be published are left
--- out.
+-- channel, grants the grant channel prefix. Call rw_reclaim first. Returns
+-- the refusal queue_serve returns, if any.
 local function rw_serve(now, self, publish, readch, grants)
   return select(2, queue_serve(rwq, nil, publish, {self = self, grants = grants, tag = RW_READ_TAG,
     channel = readch, now = now, fits = rw_fits, grant = rw_grant, settle = rw_settle}))
