@@ -78,11 +78,18 @@ local function fence_seen(fence)
   return clock_us
 end
 
--- Keeps the counter FENCE_KEEP_MS past at, the end of a lease that holds its
--- last token. Only ever later: its expiry stays past the time its value
--- stands for. A counter with no expiry was not set by this library and is
--- left so.
-local function fence_keep(fence, now, at)
+-- Keeps the holds that share the counter's last token (an RWMutex's readers
+-- zset and counts hash, each left so when it does not exist) past at, the
+-- end of a lease among them, and the counter FENCE_KEEP_MS past it. Only ever
+-- later: the counter's expiry stays past the time its value stands for. A
+-- counter with no expiry was not set by this library and is left so.
+local function fence_keep(fence, now, at, readers, counts)
+  for _, key in ipairs({readers, counts}) do
+    local pttl = redis.call('PTTL', key)
+    if pttl ~= -2 and (pttl < 0 or now + pttl < at) then
+      redis.call('PEXPIREAT', key, at + 1)
+    end
+  end
   local pttl = redis.call('PTTL', fence)
   if pttl >= 0 and now + pttl < at + FENCE_KEEP_MS then
     redis.call('PEXPIREAT', fence, at + FENCE_KEEP_MS)

@@ -23,60 +23,49 @@ local function mutex_may(c, lock, q, fence)
     queue_may(c, q) and fence_may(c, fence)
 end
 
+-- The Mutex's grant (see queue_serve): the head waiter holds the lock from
+-- now on, for its claim window, with a new block of k.block fencing tokens.
+local function mutex_grant(k, _, arrival, owner, lease, ttl, secret)
+  redis.call('HSET', k.lock, owner, 1)
+  redis.call('PEXPIRE', k.lock, ttl)
+  k.last = fence_tokens(k.fence, k.block, lease)
+  return queue_proof(secret, arrival, k.last - k.block + 1, k.last, redis.call('ZCARD', k.q.queue))
+end
+
+-- One grant is heard, and the lock is the head's; one no one heard is undone
+-- (the tokens stay spent, so tokens still rise) and the next waiter served.
+local function mutex_settle(k, heard, _, ttl)
+  if heard then
+    k.ttl = ttl
+    return false
+  end
+  k.last = 0
+  redis.call('DEL', k.lock)
+  return true
+end
+
 -- Hands a free lock (its hash must not exist) to the head waiter: it holds
 -- the lock from now on, for its claim window (see queue_lib.lua), with a new
 -- block of block fencing tokens, and is told so on its grant channel (grants:
 -- the prefix). A head whose Client receives nothing is dropped (it lost its
 -- place; a live one queues again when it re-checks) and the next one is
--- served. With no one queued, message (if any) is published on channel for
--- local listeners instead. When the caller's own entry self is at the head,
--- nothing is done and -1 is returned: the caller takes the lock itself. pre,
--- if given, is the head the caller just looked up ({head, arrival, behind},
--- see queue_head).
+-- served (see queue_serve). With no one queued, message (if any) is
+-- published on channel for local listeners instead. When the caller's own
+-- entry self is at the head, nothing is done and -1 is returned: the caller
+-- takes the lock itself. pre, if given, is the head the caller just looked up
+-- ({head, arrival, behind}, see queue_head).
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
 -- no one waits, or -1) and the last fencing token reserved (0 when none was),
 -- and, when the head waiter's grant channel may not be published on (an ACL),
 -- the refusal: the lock is then left free and the head queued.
 local function mutex_handoff(lock, fence, q, publish, channel, grants, message, self, block, pre)
-  local function address(owner)
-    return queue_channel(grants, owner), owner
+  local k = {grants = grants, lock = lock, fence = fence, block = block, q = q, ttl = 0, last = 0,
+    grant = mutex_grant, settle = mutex_settle}
+  local served, refusal = queue_serve(q, self, publish, k, pre)
+  if served then
+    return -1, 0
+  elseif served == nil and message and lock_may_publish(publish, channel) then
+    lock_publish(publish, channel, message)
   end
-  local head, arrival, behind = unpack(pre or {})
-  while true do
-    if not head then
-      head, arrival, behind = queue_head(q)
-    end
-    if not head then
-      if message and lock_may_publish(publish, channel) then
-        lock_publish(publish, channel, message)
-      end
-      return 0, 0
-    end
-    if head == self then
-      return -1, 0
-    end
-    local owner, lease, ttl, secret = queue_parse(head)
-    local to = owner and queue_channel(grants, owner)
-    if owner and not lock_may_publish(publish, to) then
-      return 0, 0, queue_unannounced(publish, to)
-    end
-    queue_dequeue(q, head)
-    if owner then
-      redis.call('HSET', lock, owner, 1)
-      redis.call('PEXPIRE', lock, ttl)
-      local last = fence_tokens(fence, block, lease)
-      local left = redis.call('ZCARD', q.queue)
-      if lock_publish(publish, to, '@' .. owner .. ' ' .. queue_proof(secret, arrival, last - block + 1, last, left)) > 0 then
-        if ttl < lease and left > 0 then
-          queue_chase(q, now_ms(), ttl, behind, nil, publish, address)
-        end
-        return ttl, last
-      end
-      -- No one heard it: undone (the tokens stay spent, so tokens still rise).
-      redis.call('DEL', lock)
-    end
-    -- A malformed entry (not written by this version), or a waiter whose
-    -- Client is gone: dropped, next one.
-    head = nil
-  end
+  return k.ttl, k.last, refusal
 end

@@ -1,5 +1,6 @@
 -- queue_inspect_lib: how the inspection scripts read a wait queue (see
--- queue_lib.lua, prepended before it at build time, see lua.go). Read-only.
+-- queue_lib.lua, prepended before it at build time, see lua.go) and the
+-- leases of a lock's holders. Read-only.
 
 -- The first max waiters of q from the head, for an inspection: {owner,
 -- arrival, deadline ('' when it has none), lease, ask, ...}, ask without the
@@ -16,6 +17,21 @@ local function queue_waiters(q, max)
       out[#out + 1] = string.format('%d', lease)
       out[#out + 1] = string.match(ask, '^[^=]*')
     end
+  end
+  return out
+end
+
+-- The first max holders of a lock that gives each its own lease, for an
+-- inspection: {id, expiry (server time, ms), count, ...}, from the zset of
+-- leases (id -> expiry) and the hash of counts (id -> count: read holds,
+-- permits).
+local function inspect_leases(leases, counts, max)
+  local out = {}
+  local scored = redis.call('ZRANGE', leases, 0, max - 1, 'WITHSCORES')
+  for i = 1, #scored, 2 do
+    out[#out + 1] = scored[i]
+    out[#out + 1] = scored[i + 1]
+    out[#out + 1] = redis.call('HGET', counts, scored[i]) or '0'
   end
   return out
 end

@@ -42,7 +42,7 @@
 -- check saw) never takes a grant it let lapse, read late or replayed after it
 -- queued again under the same secret. A grant that no subscriber hears (the
 -- waiter's Client is gone: its connection closed) is undone at once, and the
--- next waiter served.
+-- next waiter served. Every kind serves its queue with queue_serve.
 --
 -- Claims: a grant runs for the waiter's claim window, not its whole lease,
 -- when that is shorter: the Client that receives it extends it to the lease
@@ -59,6 +59,8 @@
 -- and its reply tells it when that claim lapses in turn (queue_chase).
 
 local QUEUE_CHASE = 2
+-- Bounds the waiters one script serves or drops, so that no script runs long.
+local QUEUE_SERVE_MAX = 100
 
 -- How long past its planned re-check a waiter keeps its place, as a share of
 -- the lease in its entry (2s at least, so that a busy process re-checking
@@ -104,13 +106,6 @@ end
 -- Client.NewID and core.GrantChannel).
 local function queue_channel(grants, owner)
   return grants .. (string.match(owner, '^(.+):[^:]*$') or owner)
-end
-
--- The refusal of a grant that could not be announced on channel: it is not
--- made, and the waiter stays queued and takes it when it re-checks.
-local function queue_unannounced(publish, channel)
-  return lock_refusal(lock_publish_name(publish), channel,
-    'nothing was handed to the waiters queued first, who could not be told of it')
 end
 
 local function queue_dequeue(q, entry)
@@ -191,15 +186,25 @@ local function queue_proof(secret, arrival, ...)
   return body .. ':' .. redis.sha1hex(secret .. ':' .. body)
 end
 
+-- The channel and addressee of a message to the waiter owner that asks for
+-- ask: its Client's grant channel (k.grants: the prefix), or, for a waiter
+-- granted together with others (ask is k.tag: an RWMutex reader), the
+-- shared channel k.channel, addressed to the tag.
+local function queue_address(k, owner, ask)
+  if ask == k.tag then
+    return k.channel, ask
+  end
+  return queue_channel(k.grants, owner), owner
+end
+
 -- Tells the first QUEUE_CHASE of entries (the waiters now at the head, in
 -- order) that a grant just made runs for claimed ms only, so that they
 -- re-check when it lapses; only those that planned to re-check later than
 -- that, read back from their deadlines, which are brought forward to match.
 -- skip (the caller's owner, who learns what holds from its reply) is not
--- told. address(owner, ask) names the channel and the addressee of a notice
--- to a waiter; one addressee is told once. A notice that may not be
--- published is left out.
-local function queue_chase(q, now, claimed, entries, skip, publish, address)
+-- told. A notice goes where queue_address(k, ..) says; one addressee is told
+-- once. A notice that may not be published is left out.
+local function queue_chase(q, now, claimed, entries, skip, publish, k)
   local told = {}
   for i = 1, math.min(#entries, QUEUE_CHASE) do
     local entry = entries[i]
@@ -207,7 +212,7 @@ local function queue_chase(q, now, claimed, entries, skip, publish, address)
     local by = owner and now + claimed + queue_grace(lease)
     -- (A lapsed or unknown entry has no deadline beyond by: nobody to tell.)
     if owner and owner ~= skip and tonumber(redis.call('ZSCORE', q.waiters, entry) or by) > by then
-      local channel, to = address(owner, ask)
+      local channel, to = queue_address(k, owner, ask)
       if lock_may_publish(publish, channel) then
         if not told[to] then
           lock_publish(publish, channel, string.format('@%s ~%d', to, claimed))
@@ -219,3 +224,100 @@ local function queue_chase(q, now, claimed, entries, skip, publish, address)
   end
 end
 
+-- Serves q from its head (direct hand-off): grants each head waiter what it
+-- asks for while it fits, and tells it '@' .. addressee .. ' ' .. proofs on
+-- its channel (queue_address); a grant no one hears is undone (the waiter's
+-- Client is gone) and the next waiter served. k is the kind: its state (the
+-- fields queue_address reads among them) and its functions, each called
+-- with k first:
+--   k.fits(k)                  (nil: always) whether anything may be granted
+--                              at all; asked before each look at the queue
+--   k.fits(k, owner, ask, lease)  for the head: true to grant it; 'quiet' to
+--                              grant it unannounced (the caller's own); false
+--                              to stop (it waits); 'never' to drop it and
+--                              tell it '@' .. addressee (it can never be
+--                              served); nil to drop it silently (not written
+--                              by this version, as an entry queue_parse
+--                              refuses)
+--   k.grant(k, head, arrival, owner, lease, ttl, secret, ask)  makes the
+--                              grant, the head being dequeued, and returns
+--                              its proofs, nil when unannounced (serving
+--                              stops); for a batch granted together, also
+--                              the entries then at the head (as queue_head
+--                              returns them) and the shortest claim window
+--                              among those announced
+--   k.settle(k, heard, owner, ttl)  after the message: undoes the grant when
+--                              no one heard it; returns whether to serve on
+-- self is the caller's own entry (nil for none), k.self its owner when its
+-- entry is not given: serving stops when self is at the head (the caller
+-- takes what it asks for itself), and neither is chased. pre, if given, is
+-- the head the caller just looked up ({head, arrival, behind}, see
+-- queue_head). At most QUEUE_SERVE_MAX waiters are served or dropped. After
+-- a grant for a claim window (see Claims), the waiters left at the head are
+-- chased (queue_chase).
+-- Returns nil when no one is queued (any more), true when self is at the
+-- head, false otherwise; and, when the head may not be told of its grant (an
+-- ACL refuses its channel), the refusal: nothing is granted to it, and it
+-- stays queued and takes the grant when it re-checks. Other messages that may
+-- not be published are left out.
+local function queue_serve(q, self, publish, k, pre)
+  local claimed, refusal, head, arrival, behind, waits -- waits: head stays at the head
+  for _ = 1, QUEUE_SERVE_MAX do
+    if k.fits and not k.fits(k) then
+      break
+    end
+    if pre then
+      head, arrival, behind = unpack(pre)
+      pre = nil
+    else
+      head, arrival, behind = queue_head(q)
+    end
+    if not head then
+      return nil
+    elseif head == self then
+      return true
+    end
+    local owner, lease, ttl, secret, ask = queue_parse(head)
+    local fit = owner and (not k.fits or k.fits(k, owner, ask, lease))
+    local channel, to
+    if fit then
+      channel, to = queue_address(k, owner, ask)
+    end
+    if fit == false then
+      waits = true
+      break
+    elseif fit == true and not lock_may_publish(publish, channel) then
+      waits, refusal = true, lock_refusal(lock_publish_name(publish), channel,
+        'nothing was handed to the waiters queued first, who could not be told of it')
+      break
+    end
+    queue_dequeue(q, head)
+    if fit == 'never' then
+      if lock_may_publish(publish, channel) then
+        lock_publish(publish, channel, '@' .. to)
+      end
+    elseif fit then
+      local proofs, rest, shortest = k.grant(k, head, arrival, owner, lease, ttl, secret, ask)
+      if not proofs then
+        break
+      end
+      local heard = lock_publish(publish, channel, '@' .. to .. ' ' .. proofs) > 0
+      if rest then
+        behind = rest
+      else
+        shortest = ttl < lease and ttl
+      end
+      if heard and shortest then
+        claimed = math.min(claimed or shortest, shortest)
+      end
+      if not k.settle(k, heard, owner, ttl) then
+        break
+      end
+    end
+  end
+  if claimed then
+    queue_chase(q, now_ms(), claimed, waits and {head, unpack(behind)} or behind,
+      k.self or self and queue_parse(self), publish, k)
+  end
+  return false, refusal
+end

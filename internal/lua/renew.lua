@@ -11,15 +11,15 @@ local lease = ARGV[1]
 -- A refused command fails the batch before it extends any lease, naming the
 -- command (see lock_denied in publish_lib.lua, prepended at build time;
 -- Redis < 7 cannot tell).
-if redis.acl_check_cmd then
+local denied = lock_denied(function(c)
+  local ok = true
   for _, lock in ipairs(KEYS) do
-    if not redis.acl_check_cmd('HEXISTS', lock, 'f') then
-      return lock_refusal('HEXISTS', lock, 'nothing was changed')
-    end
-    if not redis.acl_check_cmd('PEXPIRE', lock, '1') then
-      return lock_refusal('PEXPIRE', lock, 'nothing was changed')
-    end
+    ok = ok and c('HEXISTS', lock, 'f') and c('PEXPIRE', lock, '1')
   end
+  return ok
+end)
+if denied then
+  return denied
 end
 local renewed = {}
 for i, lock in ipairs(KEYS) do

@@ -22,15 +22,9 @@
 --            in inspect.lua, mode 'r' or 'w' (the secret is not returned)
 --   nreaders the number of readers in the readers zset
 now_ms()
-local max = tonumber(ARGV[1]) - 1
-local readers = {}
-local scored = redis.call('ZRANGE', KEYS[2], 0, max, 'WITHSCORES')
-for i = 1, #scored, 2 do
-  readers[#readers + 1] = scored[i]
-  readers[#readers + 1] = scored[i + 1]
-  readers[#readers + 1] = redis.call('HGET', KEYS[3], scored[i]) or '0'
-end
-local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max + 1)
+local max = tonumber(ARGV[1])
+local readers = inspect_leases(KEYS[2], KEYS[3], max)
+local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max)
 return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[6]) or '',
   tostring(redis.call('ZCARD', KEYS[4])), redis.call('HGETALL', KEYS[1]), readers, waiters,
   tostring(redis.call('ZCARD', KEYS[2]))}

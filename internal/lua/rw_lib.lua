@@ -37,13 +37,12 @@
 -- Expiry: the writer hash expires with the writer's lease; the readers zset
 -- and counts hash with their last reader's lease; the queue zsets and arrival
 -- counter with their last deadline; the fencing counter as fence_lib.lua
--- says, and FENCE_KEEP_MS past the last reader's lease (rw_keep_readers,
--- rw_renew.lua), so that readers share one token while any of them holds.
+-- says, and FENCE_KEEP_MS past the last reader's lease (fence_keep), so
+-- that readers share one token while any of them holds.
 
--- Bounds the waiters one script serves, so that no script runs long.
-local RW_SERVE_MAX = 100
 -- The tag of every reader waiter of a lock on its read channel (see
--- mux.Waiter.SetTag): no owner field is spelt so.
+-- mux.Waiter.SetTag), which is also what a reader asks for: no owner field
+-- is spelt so.
 local RW_READ_TAG = 'r'
 
 local rwq = {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
@@ -76,32 +75,19 @@ local function rw_reclaim(now)
   end
 end
 
--- Makes the readers zset and counts hash outlive a reader lease ending at at,
--- and the fencing counter too (fence_keep): readers share the last writer's
--- token for as long as any reader holds, however long after that token.
-local function rw_keep_readers(now, at)
-  for i = 2, 3 do
-    local pttl = redis.call('PTTL', KEYS[i])
-    if pttl ~= -2 and (pttl < 0 or now + pttl < at) then
-      redis.call('PEXPIREAT', KEYS[i], at + 1)
-    end
-  end
-  fence_keep(KEYS[7], now, at)
-end
-
 -- Gives owner a read hold (count 1) with a lease of lease ms from now.
 local function rw_grant_reader(now, owner, lease)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], at, owner)
   redis.call('HSET', KEYS[3], owner, 1)
-  rw_keep_readers(now, at)
+  fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
 end
 
 -- Sets the lease of owner's read hold afresh (it must hold).
 local function rw_renew_reader(now, owner, lease)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], 'XX', at, owner)
-  rw_keep_readers(now, at)
+  fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
 end
 
 local function rw_drop_reader(owner)
@@ -117,106 +103,90 @@ local function rw_grant_writer(owner, lease)
   return token
 end
 
--- Grants the readers at the head (batch: the queue from the head, with
--- scores), up to the next writer; self's grant is not announced. Returns
--- the others granted, their proofs, the shortest claim among them (nil when
--- none is shorter than its lease) and the token they share.
-local function rw_grant_readers(now, self, batch)
-  local others, proofs, shortest, token = {}, {}, nil, nil
-  for i = 1, #batch, 2 do
-    local o, lease, ttl, secret, mode = queue_parse(batch[i])
-    if mode ~= 'r' then
-      break
+-- Whether the lock is free for anyone (no writer holds), or for the head
+-- waiter owner, asking mode (see queue_serve): a writer once no reader holds,
+-- a reader with every reader queued behind it up to the next writer (k.batch:
+-- the queue from the head, with scores); nil for an entry this version did
+-- not write. A grant to the caller (k.self) alone is not announced.
+local function rw_fits(k, owner, mode)
+  if not owner then
+    return redis.call('EXISTS', KEYS[1]) == 0
+  elseif mode == 'w' then
+    if redis.call('ZCARD', KEYS[2]) > 0 then
+      return false -- readers hold: the last to leave serves the writer
     end
-    queue_dequeue(rwq, batch[i])
-    rw_grant_reader(now, o, ttl)
-    if o ~= self then
-      token = token or fence_now(KEYS[7], lease)
+    return owner ~= k.self or 'quiet'
+  elseif mode == 'r' then
+    k.batch = redis.call('ZRANGE', KEYS[4], 0, QUEUE_SERVE_MAX - 1, 'WITHSCORES')
+    return owner ~= k.self or select(5, queue_parse(k.batch[3] or '')) == 'r' or 'quiet'
+  end
+  return nil
+end
+
+-- Grants the writer at the head, or the readers of k.batch up to the next
+-- writer (the head among them, already dequeued); a grant to the caller is
+-- not announced. The readers' proofs name the token of the last writer,
+-- which they share; k.others are the readers announced.
+local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
+  k.others = nil
+  if mode == 'w' then
+    local token = rw_grant_writer(owner, ttl)
+    return owner ~= k.self and queue_proof(secret, arrival, token) or nil
+  end
+  local batch, others, proofs, shortest, token = k.batch, {}, {}, nil, nil
+  local i = 1
+  while i <= #batch do
+    local o, l, t, s, m = queue_parse(batch[i])
+    if m ~= 'r' then
+      break
+    elseif i > 1 then
+      queue_dequeue(rwq, batch[i])
+    end
+    rw_grant_reader(k.now, o, t)
+    if o ~= k.self then
+      token = token or fence_now(KEYS[7], l)
       others[#others + 1] = o
-      proofs[#proofs + 1] = queue_proof(secret, tonumber(batch[i + 1]), token)
-      if ttl < lease then
-        shortest = math.min(shortest or ttl, ttl)
+      proofs[#proofs + 1] = queue_proof(s, tonumber(batch[i + 1]), token)
+      if t < l then
+        shortest = math.min(shortest or t, t)
       end
     end
+    i = i + 2
   end
-  return others, proofs, shortest
+  k.others = others
+  -- The entries now at the head: past the batch when it took them all.
+  local rest = i > #batch and #batch == 2 * QUEUE_SERVE_MAX and redis.call('ZRANGE', KEYS[4], 0, QUEUE_CHASE - 1) or {}
+  for j = i, math.min(#batch, i + 2 * QUEUE_CHASE - 2), 2 do
+    rest[#rest + 1] = batch[j]
+  end
+  return #others > 0 and table.concat(proofs, ' ') or nil, rest, shortest
+end
+
+-- A grant heard stops the serving (the lock is taken); one no one heard (the
+-- Clients are gone) is undone, the token staying spent so that tokens still
+-- rise, and the next waiter served.
+local function rw_settle(k, heard)
+  if heard then
+    return false
+  elseif k.others then
+    for _, o in ipairs(k.others) do
+      rw_drop_reader(o)
+    end
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  return true
 end
 
 -- Serves the head of the queue while the lock is free for it (see the top of
--- this file). self is the calling owner: a grant to it is not announced, and
--- runs for its whole lease once the caller finds it. publish is PUBLISH,
--- SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read channel, grants
--- the grant channel prefix. Call rw_reclaim first. Returns, when the head
--- could not be told of its grant (an ACL refuses the channel), the refusal:
--- the grant is not made, and the head stays queued and takes the lock when it
--- re-checks. Other notices that may not be published are left out.
+-- this file and queue_serve). self is the calling owner: a grant to it is not
+-- announced, and runs for its whole lease once the caller finds it. publish
+-- is PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read
+-- channel, grants the grant channel prefix. Call rw_reclaim first. Returns
+-- the refusal queue_serve returns, if any.
 local function rw_serve(now, self, publish, readch, grants)
-  local claimed -- the shortest claim window granted to others, if any
-  local refused
-  for _ = 1, RW_SERVE_MAX do
-    if redis.call('EXISTS', KEYS[1]) == 1 then
-      break
-    end
-    local head, arrival = queue_head(rwq)
-    if not head then
-      break
-    end
-    local owner, lease, ttl, secret, mode = queue_parse(head)
-    if mode ~= 'w' and mode ~= 'r' then
-      queue_dequeue(rwq, head) -- not written by this version
-    elseif mode == 'w' then
-      if redis.call('ZCARD', KEYS[2]) > 0 then
-        break -- readers hold: the last to leave serves the writer
-      end
-      local to = queue_channel(grants, owner)
-      if owner ~= self and not lock_may_publish(publish, to) then
-        refused = queue_unannounced(publish, to)
-        break
-      end
-      queue_dequeue(rwq, head)
-      local token = rw_grant_writer(owner, ttl)
-      if owner == self then
-        break
-      end
-      if lock_publish(publish, to, '@' .. owner .. ' ' .. queue_proof(secret, arrival, token)) > 0 then
-        if ttl < lease then
-          claimed = ttl
-        end
-        break
-      end
-      -- No one heard it: the writer's Client is gone. Undone (the token stays
-      -- spent, so tokens still rise); next one.
-      redis.call('DEL', KEYS[1])
-    else
-      -- The readers at the head, up to the next writer, enter together.
-      local batch = redis.call('ZRANGE', KEYS[4], 0, RW_SERVE_MAX - 1, 'WITHSCORES')
-      if not lock_may_publish(publish, readch) and (owner ~= self or select(5, queue_parse(batch[3] or '')) == 'r') then
-        refused = queue_unannounced(publish, readch)
-        break
-      end
-      local others, proofs, shortest = rw_grant_readers(now, self, batch)
-      if #others == 0 then
-        break
-      end
-      if lock_publish(publish, readch, '@' .. RW_READ_TAG .. ' ' .. table.concat(proofs, ' ')) > 0 then
-        claimed = shortest
-        break
-      end
-      -- No one heard it: every reader's Client is gone. Undone; next one.
-      for _, o in ipairs(others) do
-        rw_drop_reader(o)
-      end
-    end
-  end
-  if claimed then
-    queue_chase(rwq, now, claimed, redis.call('ZRANGE', KEYS[4], 0, QUEUE_CHASE - 1), self, publish, function(owner, mode)
-      if mode == 'w' then
-        return queue_channel(grants, owner), owner
-      end
-      return readch, RW_READ_TAG
-    end)
-  end
-  return refused
+  return select(2, queue_serve(rwq, nil, publish, {self = self, grants = grants, tag = RW_READ_TAG,
+    channel = readch, now = now, fits = rw_fits, grant = rw_grant, settle = rw_settle}))
 end
 
 -- How long a waiter may sleep before something may change without a message:

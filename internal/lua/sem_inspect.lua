@@ -21,15 +21,9 @@
 --            the head, as in inspect.lua (the secret is not returned)
 --   nholders the number of permit ids in the permits zset
 now_ms()
-local max = tonumber(ARGV[1]) - 1
-local holders = {}
-local scored = redis.call('ZRANGE', KEYS[2], 0, max, 'WITHSCORES')
-for i = 1, #scored, 2 do
-  holders[#holders + 1] = scored[i]
-  holders[#holders + 1] = scored[i + 1]
-  holders[#holders + 1] = redis.call('HGET', KEYS[3], scored[i]) or '0'
-end
-local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max + 1)
+local max = tonumber(ARGV[1])
+local holders = inspect_leases(KEYS[2], KEYS[3], max)
+local waiters = queue_waiters({queue = KEYS[4], waiters = KEYS[5]}, max)
 local state = redis.call('HMGET', KEYS[1], 'limit', 'used')
 return {string.format('%d', clock_us), state[1] or '', state[2] or '0', tostring(redis.call('ZCARD', KEYS[4])), holders, waiters,
   tostring(redis.call('ZCARD', KEYS[2]))}

@@ -54,8 +54,6 @@ local SEM_SLACK_MS = 1000
 -- watchdog leases (30s) does not move it down and up again on every release
 -- that leaves it idle and every acquisition that follows.
 local SEM_SHRINK_MS = 60000
--- Bounds the waiters one script serves or drops, so that no script runs long.
-local SEM_HANDOFF_MAX = 100
 
 -- A waiter re-checks within a third of its watchdog timeout (the lease in its
 -- entry), and keeps its place two thirds of it more: it loses its place within
@@ -187,93 +185,53 @@ local function sem_reclaim(now)
   st.first = first and tonumber(first)
 end
 
--- Splits an entry into id, permits, the time a grant runs for (the shorter of
--- its lease and claim window), exact limit (nil for any), secret, and its
--- lease; nil for an entry this version did not write.
-local function sem_parse(entry)
-  local id, lease, ttl, secret, ask = queue_parse(entry)
-  local n, exact = string.match(ask or '', '^(%d+)=?(%d*)$')
+-- Whether the semaphore may grant at all, or what the head waiter (id, asking
+-- ask) gets (see queue_serve): permits while they fit, k.n of them; nothing,
+-- and it is dropped and told, when it can never be served under the current
+-- limit; nil for an entry this version did not write. k.inspect looks at the
+-- head even when no permit is free (after the limit changed).
+local function sem_fits(k, id, ask)
+  local avail = sem_available()
+  if not id then
+    return not avail or avail > 0 or k.inspect
+  end
+  local n, exact = string.match(ask, '^(%d+)=?(%d*)$')
   if not n or not string.find(id, ':', 1, true) then
     return nil
   end
-  return id, tonumber(n), ttl, tonumber(exact), secret, lease
+  n, exact = tonumber(n), tonumber(exact)
+  if not st.limit or n > st.limit or (exact and exact ~= st.limit) then
+    return 'never'
+  end
+  k.n = n
+  return n <= avail
+end
+
+local function sem_grant(k, _, arrival, _, _, _, secret)
+  return queue_proof(secret, arrival, k.n)
+end
+
+-- The permits are taken once the grant is heard: one no one heard took none.
+local function sem_settle(k, heard, id, ttl)
+  if heard then
+    sem_take(id, k.n, k.now + ttl)
+  end
+  return true
 end
 
 -- Serves the queue from its head with the permits free now (see the top of
--- this file): grants each head waiter what it asks for while it fits, drops
--- (and wakes, so that it fails at once) a head that can never be served under
--- the current limit, and stops at the first that does not fit, for which the
--- free permits are kept. Permits are granted for the waiter's claim window
--- when that is shorter than its lease: its Client extends them to the lease
--- once it has the grant, and a waiter paused or stuck with its connection open
--- (PUBLISH counts it as a receiver) holds them for the window only; the head
--- left waiting is then told '@' .. id .. ' ~' .. ms, so that it re-checks when
--- the first such claim lapses instead of when a lease it last saw would have;
--- only when it planned to re-check later than that (it queued behind a long
--- lease), so that a hand-off costs one message where waiters queue behind
--- claimed hand-offs (workers taking turns). The waiter behind it is told too
--- (see queue_chase). self, when given, is the caller's
--- own entry: when it reaches the head nothing is done for it. inspect looks at
--- the head even when no permit is free (after the limit changed).
---
--- Returns true when self is at the head, nil when no one is queued (any more),
--- false when a waiter is left that does not fit (or, without inspect, when no
--- permit is free and the queue was not looked at); and false and the refusal
--- when the head may not be told of its grant (an ACL refuses its grant
--- channel): it is not granted anything and stays queued, and takes the permits
--- when it re-checks. Other messages that may not be published are left out.
+-- this file and queue_serve): grants each head waiter what it asks for while
+-- it fits, drops (and wakes, so that it fails at once) a head that can never
+-- be served under the current limit, and stops at the first that does not
+-- fit, for which the free permits are kept. self, when given, is the caller's
+-- own entry: when it reaches the head nothing is done for it. inspect looks
+-- at the head even when no permit is free (after the limit changed). Returns
+-- as queue_serve does: false (with, if so, the refusal) when a waiter is left
+-- that does not fit, or, without inspect, when no permit is free and the
+-- queue was not looked at.
 local function sem_handoff(now, publish, prefix, self, inspect)
-  local claimed -- the shortest claim granted by this call, if any
-  local behind = {} -- the entries behind the last head looked up, in order
-  -- Tells the waiters left at the head when the first claim lapses.
-  local function notice(left)
-    if claimed then
-      queue_chase(semq, now, claimed, left, self and queue_parse(self), publish, function(id)
-        return queue_channel(prefix, id), id
-      end)
-    end
-    return false
-  end
-  for _ = 1, SEM_HANDOFF_MAX do
-    local avail = sem_available()
-    if avail and avail <= 0 and not inspect then
-      -- Every pass through the loop took the head out of the queue.
-      return notice(behind)
-    end
-    local head, arrival
-    head, arrival, behind = queue_head(semq)
-    if not head then
-      return nil
-    end
-    if head == self then
-      return true
-    end
-    local id, n, ttl, exact, secret, lease = sem_parse(head)
-    local to = id and queue_channel(prefix, id)
-    if not id then
-      -- Not written by this version: dropped; its waiter queues again at its
-      -- next re-check.
-      queue_dequeue(semq, head)
-    elseif not st.limit or n > st.limit or (exact and exact ~= st.limit) then
-      queue_dequeue(semq, head)
-      if lock_may_publish(publish, to) then
-        lock_publish(publish, to, '@' .. id)
-      end
-    elseif n > avail then
-      return notice({head, unpack(behind)})
-    elseif not lock_may_publish(publish, to) then
-      return notice({head, unpack(behind)}), queue_unannounced(publish, to)
-    else
-      queue_dequeue(semq, head)
-      if lock_publish(publish, to, '@' .. id .. ' ' .. queue_proof(secret, arrival, n)) > 0 then
-        sem_take(id, n, now + ttl)
-        if ttl < lease then
-          claimed = math.min(claimed or ttl, ttl)
-        end
-      end
-    end
-  end
-  return false
+  return queue_serve(semq, self, publish, {grants = prefix, inspect = inspect, now = now,
+    fits = sem_fits, grant = sem_grant, settle = sem_settle})
 end
 
 -- Writes back what changed in the state hash and keeps it alive as long as it

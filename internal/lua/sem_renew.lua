@@ -16,27 +16,20 @@ local IDLE_MS, SLACK_MS = 1000, 1000
 -- A refused command fails the batch before it changes anything, naming the
 -- command (see lock_denied in publish_lib.lua, prepended at build time;
 -- Redis < 7 cannot tell).
-local acl = redis.acl_check_cmd
-if acl then
-  local function refused(cmd, key)
-    return lock_refusal(cmd, key or '', 'nothing was changed')
-  end
-  if not acl('TIME') then
-    return refused('TIME')
-  end
+local denied = lock_denied(function(c)
+  local ok = c('TIME')
   for i = 1, #KEYS / 3 do
-    local p, c, s = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-    local bad = not acl('ZSCORE', p, 'm') and {'ZSCORE', p} or not acl('ZADD', p, '1', 'm') and {'ZADD', p} or
-      not acl('ZRANGE', p, '0', '0') and {'ZRANGE', p} or not acl('PEXPIREAT', p, '1') and {'PEXPIREAT', p} or
-      not acl('PEXPIREAT', c, '1') and {'PEXPIREAT', c} or not acl('HMGET', s, 'f') and {'HMGET', s} or
-      not acl('HSET', s, 'f', '1') and {'HSET', s} or not acl('PEXPIREAT', s, '1') and {'PEXPIREAT', s}
-    if bad then
-      return refused(bad[1], bad[2])
-    end
+    local p, h, s = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+    ok = ok and c('ZSCORE', p, 'm') and c('ZADD', p, '1', 'm') and c('ZRANGE', p, '0', '0') and
+      c('PEXPIREAT', p, '1') and c('PEXPIREAT', h, '1') and c('HMGET', s, 'f') and c('HSET', s, 'f', '1') and
+      c('PEXPIREAT', s, '1')
   end
+  return ok
+end)
+if denied then
+  return denied
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS / 3 do
