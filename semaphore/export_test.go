@@ -31,7 +31,8 @@ func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context,
 	if p == nil {
 		return 0, ErrNotHeld
 	}
-	return s.releaseScript(ctx, p.hold.Owner(), requestID, retry)
+	r, err := s.releaseScript(ctx, p.hold.Owner(), requestID, retry, nil, 0)
+	return r.released, err
 }
 
 // AcquireScript runs sem_acquire.lua once for permit id, as a retried attempt
@@ -64,4 +65,12 @@ func SetLinger(c *rlock.Client, d time.Duration) {
 // after the last release (see core.Turns.Park).
 func Parked(s *Semaphore) bool {
 	return s.turns != nil && s.turns.Parked(s.name)
+}
+
+// EndTurn spends what is left of the budget of the turn of s's Client, so
+// that its next release ends the turn in Redis (see core.Turns).
+func EndTurn(s *Semaphore) {
+	if s.turns != nil {
+		s.turns.EndTurn(s.name)
+	}
 }
