@@ -7,9 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/core"
+	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
+
+// liveClient is a Client whose grant channels stay subscribed long after its
+// last wait: a release names its successor only on a live subscription.
+func (e *env) liveClient() *rlock.Client {
+	return e.client(rlock.WithPubSub(pubsub.WithLinger(time.Minute)))
+}
 
 // queuedOf returns the entries of the Redis queue of name that belong to
 // Client c.
@@ -31,7 +42,7 @@ func (e *env) queuedOf(name string, c *rlock.Client) []string {
 func TestTurnsSuccessorQueuedInRelease(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "turns-successor"
-	ca := e.client()
+	ca := e.liveClient()
 	semaphore.SetLinger(ca, 0) // no park: the release goes to Redis
 	a := semaphore.NewLock(ca, name)
 	b := semaphore.NewLock(e.client(), name)
@@ -72,6 +83,149 @@ func TestTurnsSuccessorQueuedInRelease(t *testing.T) {
 	})
 }
 
+// TestTurnsSuccessorKept: the release that ends a turn while another
+// goroutine of the Client waits, and no other Client is queued, keeps the
+// permit for the Client (one script, its lease re-set) and passes it on.
+func TestTurnsSuccessorKept(t *testing.T) {
+	e := ownedEnv(t)
+	const name = "turns-kept"
+	ca := e.liveClient()
+	semaphore.SetLinger(ca, 0)
+	a := semaphore.NewLock(ca, name)
+	b := semaphore.NewLock(e.client(), name)
+	pb, err := b.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	ch1 := goAcquire(a.Semaphore(), e.ctx, 1) // subscribes a's grant channel
+	e.waitQueued(a.Semaphore(), 1)
+	mustRelease(t, b.Semaphore(), pb)
+	p1 := receive(t, ch1, 5*time.Second, "a's first Lock").ctx
+	ch2 := goAcquire(a.Semaphore(), e.ctx, 1)
+	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 1 })
+	semaphore.EndTurn(a.Semaphore())
+	var p2 context.Context
+	c := e.measure(1, func() {
+		mustRelease(t, a.Semaphore(), p1)
+		p2 = receive(t, ch2, 5*time.Second, "a's second Lock").ctx
+	})
+	if c.scripts != 1 {
+		t.Errorf("%.0f scripts from a's release to a's next hold; want 1 (the release, which kept the permit)", c.scripts)
+	}
+	if st := e.state(a.Semaphore()); st.Held != 1 || st.Queued != 0 {
+		t.Errorf("state %s while a's second goroutine holds; want the permit held, no one queued", stateString(st))
+	}
+	mustRelease(t, a.Semaphore(), p2)
+	e.waitState(a.Semaphore(), 5*time.Second, "the permit free", func(st semaphore.State) bool { return st.Held == 0 })
+}
+
+// TestTurnsSuccessorServedWhenAllAheadAreGone: when every waiter ahead of
+// the successor turns out to be gone (its Client hears nothing), the release
+// that queued the successor hands it the permit in the same script.
+func TestTurnsSuccessorServedWhenAllAheadAreGone(t *testing.T) {
+	e := ownedEnv(t)
+	const name = "turns-ghost"
+	ca := e.liveClient()
+	semaphore.SetLinger(ca, 0)
+	a := semaphore.NewLock(ca, name)
+	b := semaphore.NewLock(e.client(), name)
+	pb, err := b.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	ch1 := goAcquire(a.Semaphore(), e.ctx, 1)
+	e.waitQueued(a.Semaphore(), 1)
+	mustRelease(t, b.Semaphore(), pb)
+	p1 := receive(t, ch1, 5*time.Second, "a's first Lock").ctx
+	ch2 := goAcquire(a.Semaphore(), e.ctx, 1)
+	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 1 })
+	// A waiter of a Client that is gone: no one hears its grant channel.
+	ghost := core.QueueEntry("ghost-client:1", 30*time.Second, 3*time.Second, "abcd", "1=1")
+	for _, cmd := range [][]string{{"ZADD", e.base(name) + ":queue", "1", ghost}, {"ZADD", e.base(name) + ":waiters", "9999999999999", ghost}} {
+		if err := e.raw.Do(e.ctx, e.raw.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	semaphore.EndTurn(a.Semaphore())
+	var p2 context.Context
+	c := e.measure(1, func() {
+		mustRelease(t, a.Semaphore(), p1)
+		p2 = receive(t, ch2, 5*time.Second, "a's second Lock").ctx
+	})
+	if c.scripts != 1 {
+		t.Errorf("%.0f scripts from a's release to a's next hold; want 1 (the release, which handed a's waiter the permit)", c.scripts)
+	}
+	if q := e.queue(name); len(q) != 0 {
+		t.Errorf("queue %q; want the gone waiter dropped and a's waiter served", q)
+	}
+	mustRelease(t, a.Semaphore(), p2)
+	e.waitState(a.Semaphore(), 5*time.Second, "the permit free", func(st semaphore.State) bool { return st.Held == 0 && st.Queued == 0 })
+}
+
+// TestReleaseNamingSuccessor runs sem_release.lua naming a successor: with
+// its PUBLISH refused it changes nothing (the successor is not left queued);
+// allowed, it queues the successor behind the waiter it hands the permit to,
+// and a retry of the request returns the same reply.
+func TestReleaseNamingSuccessor(t *testing.T) {
+	e := ownedEnv(t)
+	const name = "release-naming"
+	acl := func(rules ...string) {
+		t.Helper()
+		if _, err := e.srv.Do(e.ctx, append([]string{"ACL", "SETUSER", "app"}, rules...)...); err != nil {
+			t.Fatalf("ACL SETUSER %v: %v", rules, err)
+		}
+	}
+	acl("on", ">secret", "~*", "&*", "+@all")
+	rc := redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.Username, o.Password = "app", "secret" })
+	ca, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix))
+	if err != nil {
+		t.Fatalf("rlock.New: %v", err)
+	}
+	defer ca.Close()
+	a := semaphore.NewLock(ca, name)
+	b := semaphore.NewLock(e.client(), name)
+	pa, err := a.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	chB := goAcquire(b.Semaphore(), e.ctx, 1)
+	e.waitQueued(b.Semaphore(), 1)
+	before := e.queue(name)
+	successor := ca.ID() + ":successor"
+
+	acl("-publish")
+	_, err = semaphore.ReleaseScriptNaming(e.ctx, a.Semaphore(), pa, "request-1", false, successor, false)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("release with PUBLISH refused: %v; want NOPERM", err)
+	}
+	if q := e.queue(name); len(q) != 1 || q[0] != before[0] {
+		t.Errorf("queue %q after the refused release; want %q: nothing changed", q, before)
+	}
+	if st := e.state(a.Semaphore()); st.Held != 1 {
+		t.Errorf("state %s after the refused release; want the permit still held", stateString(st))
+	}
+	acl("+@all")
+
+	out, err := semaphore.ReleaseScriptNaming(e.ctx, a.Semaphore(), pa, "request-2", false, successor, false)
+	if err != nil || !out.Queued || out.Released != 1 || out.Arrival == 0 || out.Granted <= 0 {
+		t.Fatalf("release naming a successor = %+v, %v; want released, the successor queued, the permit granted", out, err)
+	}
+	if q := e.queuedOf(name, ca); len(q) != 1 || !strings.HasPrefix(q[0], successor+"/") || len(e.queue(name)) != 1 {
+		t.Errorf("queue %q; want the successor alone (b was granted the permit)", e.queue(name))
+	}
+	again, err := semaphore.ReleaseScriptNaming(e.ctx, a.Semaphore(), pa, "request-2", true, successor, false)
+	if err != nil || again != out {
+		t.Errorf("retried release = %+v, %v; want the first reply %+v", again, err, out)
+	}
+	gotB := receive(t, chB, 5*time.Second, "b's Acquire")
+	mustRelease(t, b.Semaphore(), gotB.ctx)
+	// b's release hands the permit to the successor, whose grant channel no
+	// one here hears: it is dropped as a waiter whose Client is gone.
+	e.waitState(a.Semaphore(), 5*time.Second, "the permit free, the queue empty", func(st semaphore.State) bool {
+		return st.Held == 0 && st.Queued == 0
+	})
+}
+
 // reservedTurn has a worker of Client ca (linger: its linger) take the
 // one-permit semaphore name in a loop while another Client's Lock waits, until
 // its turn ends: the release that ends it hands the permit to the other
@@ -107,7 +261,7 @@ func reservedTurn(t *testing.T, e *env, ca *rlock.Client, name string, linger ti
 func TestTurnsReservedPlaceTaken(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "turns-reserved"
-	ca := e.client()
+	ca := e.liveClient()
 	// A linger far beyond the test's pace: the place waits for a's Lock.
 	a, b, pb, _ := reservedTurn(t, e, ca, name, 10*time.Second)
 	if q := e.queuedOf(name, ca); len(q) != 1 {
@@ -137,7 +291,7 @@ func TestTurnsReservedPlaceGivenUp(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "turns-reserved-unused"
 	const linger = 300 * time.Millisecond
-	ca := e.client()
+	ca := e.liveClient()
 	a, b, pb, released := reservedTurn(t, e, ca, name, linger)
 	if q := e.queuedOf(name, ca); len(q) != 1 {
 		t.Fatalf("after the release that ended a's turn the queue is %q; want a place for a's next Lock", e.queue(name))

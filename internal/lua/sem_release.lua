@@ -111,7 +111,14 @@ if successor ~= '' then
   -- every waiter ahead of it turns out to be gone.
   arrival, horizon = queue_enqueue(semq, successor, tonumber(ARGV[7]), sem_arrival, 'fresh')
 end
-denied = select(2, sem_handoff(now, ARGV[2], ARGV[3], nil, false))
+-- (As the caller's own entry: the waiters served are told of their claims
+-- alone, as the successor learns when to re-check from the reply.)
+local mine
+mine, denied = sem_handoff(now, ARGV[2], ARGV[3], arrival and successor, false)
+if mine then
+  -- Every waiter ahead of the successor was gone: it is served as any head.
+  denied = select(2, sem_handoff(now, ARGV[2], ARGV[3], nil, false))
+end
 if denied and st.used == used then
   -- The permits cannot go to the head, who could not be told of them:
   -- refused before anything changed, rather than freed with no one told.
