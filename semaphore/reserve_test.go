@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/pubsub"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
@@ -20,6 +17,28 @@ import (
 // last wait: a release names its successor only on a live subscription.
 func (e *env) liveClient() *rlock.Client {
 	return e.client(rlock.WithPubSub(pubsub.WithLinger(time.Minute)))
+}
+
+// turnWithWaiter has a goroutine of Client ca (no linger) hold the one-permit
+// semaphore name, taken from another Client while ca queued (so that ca's
+// grant channel is subscribed), and a second goroutine of ca wait in ca
+// behind it: the locks, the holder's permit, and the second goroutine's Lock.
+func turnWithWaiter(t *testing.T, e *env, ca *rlock.Client, name string) (a, b *semaphore.Lock, p1 context.Context, ch2 <-chan acquired) {
+	t.Helper()
+	semaphore.SetLinger(ca, 0) // no park: the release that ends the turn goes to Redis
+	a = semaphore.NewLock(ca, name)
+	b = semaphore.NewLock(e.client(), name)
+	pb, err := b.Lock(e.ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	ch1 := goAcquire(a.Semaphore(), e.ctx, 1)
+	e.waitQueued(a.Semaphore(), 1)
+	mustRelease(t, b.Semaphore(), pb)
+	p1 = receive(t, ch1, 5*time.Second, "a's first Lock").ctx
+	ch2 = goAcquire(a.Semaphore(), e.ctx, 1)
+	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 1 })
+	return a, b, p1, ch2
 }
 
 // queuedOf returns the entries of the Redis queue of name that belong to
@@ -43,26 +62,14 @@ func TestTurnsSuccessorQueuedInRelease(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "turns-successor"
 	ca := e.liveClient()
-	semaphore.SetLinger(ca, 0) // no park: the release goes to Redis
-	a := semaphore.NewLock(ca, name)
-	b := semaphore.NewLock(e.client(), name)
-	pb, err := b.Lock(e.ctx)
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	ch1 := goAcquire(a.Semaphore(), e.ctx, 1)
-	e.waitQueued(a.Semaphore(), 1)
-	ch2 := goAcquire(a.Semaphore(), e.ctx, 1)
-	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 2 })
-	mustRelease(t, b.Semaphore(), pb)
-	got1 := receive(t, ch1, 5*time.Second, "a's first Lock")
+	a, b, p1, ch2 := turnWithWaiter(t, e, ca, name)
 	chB := goAcquire(b.Semaphore(), e.ctx, 1)
 	e.waitQueued(b.Semaphore(), 1)
 
 	semaphore.EndTurn(a.Semaphore())
 	var got2 acquired
 	c := e.measure(1, func() {
-		mustRelease(t, a.Semaphore(), got1.ctx)
+		mustRelease(t, a.Semaphore(), p1)
 		// In the same step: b holds, and a's waiter is queued behind it.
 		if q := e.queuedOf(name, ca); len(q) != 1 || len(e.queue(name)) != 1 {
 			t.Errorf("after the release that ended a's turn the queue is %q; want a's next waiter alone", e.queue(name))
@@ -83,83 +90,42 @@ func TestTurnsSuccessorQueuedInRelease(t *testing.T) {
 	})
 }
 
-// TestTurnsSuccessorKept: the release that ends a turn while another
-// goroutine of the Client waits, and no other Client is queued, keeps the
-// permit for the Client (one script, its lease re-set) and passes it on.
-func TestTurnsSuccessorKept(t *testing.T) {
-	e := ownedEnv(t)
-	const name = "turns-kept"
-	ca := e.liveClient()
-	semaphore.SetLinger(ca, 0)
-	a := semaphore.NewLock(ca, name)
-	b := semaphore.NewLock(e.client(), name)
-	pb, err := b.Lock(e.ctx)
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
+// TestTurnsSuccessorServedInOneScript: the release that ends a turn while
+// another goroutine of the Client waits, and no other Client waits in
+// Redis, hands the permit on in its own script: kept for the Client (its
+// lease re-set) and passed on when no one else is queued, or granted to the
+// successor it queued when every waiter ahead turns out to be gone (its
+// Client hears nothing).
+func TestTurnsSuccessorServedInOneScript(t *testing.T) {
+	for _, ghost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kept", true: "waiters-ahead-gone"}[ghost], func(t *testing.T) {
+			e := ownedEnv(t)
+			const name = "turns-one-script"
+			a, _, p1, ch2 := turnWithWaiter(t, e, e.liveClient(), name)
+			if ghost {
+				entry := core.QueueEntry("ghost-client:1", 30*time.Second, 3*time.Second, "abcd", "1=1")
+				for _, cmd := range [][]string{{"ZADD", e.base(name) + ":queue", "1", entry}, {"ZADD", e.base(name) + ":waiters", "9999999999999", entry}} {
+					if err := e.raw.Do(e.ctx, e.raw.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+						t.Fatalf("%v: %v", cmd, err)
+					}
+				}
+			}
+			semaphore.EndTurn(a.Semaphore())
+			var p2 context.Context
+			c := e.measure(1, func() {
+				mustRelease(t, a.Semaphore(), p1)
+				p2 = receive(t, ch2, 5*time.Second, "a's second Lock").ctx
+			})
+			if c.scripts != 1 {
+				t.Errorf("%.0f scripts from a's release to a's next hold; want 1, the release", c.scripts)
+			}
+			if st := e.state(a.Semaphore()); st.Held != 1 || st.Queued != 0 {
+				t.Errorf("state %s while a's second goroutine holds; want the permit held, no one queued", stateString(st))
+			}
+			mustRelease(t, a.Semaphore(), p2)
+			e.waitState(a.Semaphore(), 5*time.Second, "the permit free", func(st semaphore.State) bool { return st.Held == 0 && st.Queued == 0 })
+		})
 	}
-	ch1 := goAcquire(a.Semaphore(), e.ctx, 1) // subscribes a's grant channel
-	e.waitQueued(a.Semaphore(), 1)
-	mustRelease(t, b.Semaphore(), pb)
-	p1 := receive(t, ch1, 5*time.Second, "a's first Lock").ctx
-	ch2 := goAcquire(a.Semaphore(), e.ctx, 1)
-	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 1 })
-	semaphore.EndTurn(a.Semaphore())
-	var p2 context.Context
-	c := e.measure(1, func() {
-		mustRelease(t, a.Semaphore(), p1)
-		p2 = receive(t, ch2, 5*time.Second, "a's second Lock").ctx
-	})
-	if c.scripts != 1 {
-		t.Errorf("%.0f scripts from a's release to a's next hold; want 1 (the release, which kept the permit)", c.scripts)
-	}
-	if st := e.state(a.Semaphore()); st.Held != 1 || st.Queued != 0 {
-		t.Errorf("state %s while a's second goroutine holds; want the permit held, no one queued", stateString(st))
-	}
-	mustRelease(t, a.Semaphore(), p2)
-	e.waitState(a.Semaphore(), 5*time.Second, "the permit free", func(st semaphore.State) bool { return st.Held == 0 })
-}
-
-// TestTurnsSuccessorServedWhenAllAheadAreGone: when every waiter ahead of
-// the successor turns out to be gone (its Client hears nothing), the release
-// that queued the successor hands it the permit in the same script.
-func TestTurnsSuccessorServedWhenAllAheadAreGone(t *testing.T) {
-	e := ownedEnv(t)
-	const name = "turns-ghost"
-	ca := e.liveClient()
-	semaphore.SetLinger(ca, 0)
-	a := semaphore.NewLock(ca, name)
-	b := semaphore.NewLock(e.client(), name)
-	pb, err := b.Lock(e.ctx)
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	ch1 := goAcquire(a.Semaphore(), e.ctx, 1)
-	e.waitQueued(a.Semaphore(), 1)
-	mustRelease(t, b.Semaphore(), pb)
-	p1 := receive(t, ch1, 5*time.Second, "a's first Lock").ctx
-	ch2 := goAcquire(a.Semaphore(), e.ctx, 1)
-	waitFor(t, 5*time.Second, "a's second goroutine waiting in its Client", func() bool { return semaphore.LocalWaiters(a.Semaphore()) == 1 })
-	// A waiter of a Client that is gone: no one hears its grant channel.
-	ghost := core.QueueEntry("ghost-client:1", 30*time.Second, 3*time.Second, "abcd", "1=1")
-	for _, cmd := range [][]string{{"ZADD", e.base(name) + ":queue", "1", ghost}, {"ZADD", e.base(name) + ":waiters", "9999999999999", ghost}} {
-		if err := e.raw.Do(e.ctx, e.raw.B().Arbitrary(cmd...).Build()).Error(); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
-		}
-	}
-	semaphore.EndTurn(a.Semaphore())
-	var p2 context.Context
-	c := e.measure(1, func() {
-		mustRelease(t, a.Semaphore(), p1)
-		p2 = receive(t, ch2, 5*time.Second, "a's second Lock").ctx
-	})
-	if c.scripts != 1 {
-		t.Errorf("%.0f scripts from a's release to a's next hold; want 1 (the release, which handed a's waiter the permit)", c.scripts)
-	}
-	if q := e.queue(name); len(q) != 0 {
-		t.Errorf("queue %q; want the gone waiter dropped and a's waiter served", q)
-	}
-	mustRelease(t, a.Semaphore(), p2)
-	e.waitState(a.Semaphore(), 5*time.Second, "the permit free", func(st semaphore.State) bool { return st.Held == 0 && st.Queued == 0 })
 }
 
 // TestReleaseNamingSuccessor runs sem_release.lua naming a successor: with
@@ -169,19 +135,7 @@ func TestTurnsSuccessorServedWhenAllAheadAreGone(t *testing.T) {
 func TestReleaseNamingSuccessor(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "release-naming"
-	acl := func(rules ...string) {
-		t.Helper()
-		if _, err := e.srv.Do(e.ctx, append([]string{"ACL", "SETUSER", "app"}, rules...)...); err != nil {
-			t.Fatalf("ACL SETUSER %v: %v", rules, err)
-		}
-	}
-	acl("on", ">secret", "~*", "&*", "+@all")
-	rc := redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.Username, o.Password = "app", "secret" })
-	ca, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix))
-	if err != nil {
-		t.Fatalf("rlock.New: %v", err)
-	}
-	defer ca.Close()
+	ca, acl := e.aclClient()
 	a := semaphore.NewLock(ca, name)
 	b := semaphore.NewLock(e.client(), name)
 	pa, err := a.Lock(e.ctx)
