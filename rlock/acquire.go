@@ -176,7 +176,7 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 	if p := m.t.TakePromotion(lw); p != nil {
 		// The release that ended our Client's turn queued us in Redis,
 		// under an owner id of its own.
-		a.Promote(p.Owner, p.Secret, p.QueuedAt, p.Fence, p.Check, p.RetryIn, p.W)
+		a.Promote(p)
 		return core.LocalQueued, nil
 	}
 	return core.LocalLeader, nil // queue in Redis
@@ -221,8 +221,7 @@ func (a *acquisition) Leave(*core.Acquisition) {
 			m.handOn(p)
 		}
 		if promo != nil {
-			promo.W.Leave(true)
-			abandon(m.c, m.keys, promo.Owner, promo.Secret, m.c.Cfg.WatchdogTimeout, false)
+			promo.GiveUp(m.turn())
 		}
 	}
 	if a.watch != nil {
@@ -386,7 +385,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, successorPlace{}, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, nil, false)
 		m.c.NoteError(e)
 		return e
 	})
@@ -420,7 +419,7 @@ func startAcquisition(a *core.Acquisition, c *core.Client, p core.Protocol, spec
 
 // keepHandOff is the rule by which a waiter with secret keeps a message to
 // its owner id until its attempt takes it (see core.KeepData), for a place a
-// release queued for it (see Mutex.successorWait): a later message, which
+// release queued for it (see core.Turns.Succeed): a later message, which
 // anyone may publish, never displaces a hand-off proven with the secret.
 func keepHandOff(secret string) func(held, next string) bool {
 	return core.KeepData(func(data string) (uint64, bool) {

@@ -30,7 +30,7 @@ func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id st
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), &request{id: id, sent: true}, lease, successorPlace{}, false)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), &request{id: id, sent: true}, lease, nil, false)
 	return r.left, err
 }
 

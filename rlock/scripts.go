@@ -172,23 +172,15 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 	return releaseReply{}, fmt.Errorf("rlock: unexpected release reply %v", vals)
 }
 
-// successorPlace is the place a final release queues behind the waiters it
-// serves, for the releasing Client's next Lock (see release.lua): owner id
-// and secret of a waiting goroutine, or, reserved, of a Lock expected soon
-// (see core.Turns.Reserve). The zero value names none.
-type successorPlace struct {
-	owner, secret string
-	reserved      bool
-}
-
 // releaseScript runs release.lua. next, when named, is queued behind the
 // release (or the lock is kept for it; see release.lua). bury leaves a
 // tombstone of owner when the release frees it: an acquisition attempt of it
 // may still run late.
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next successorPlace, bury bool) (releaseReply, error) {
-	entry := ""
-	if next.owner != "" {
-		entry = core.QueueEntry(next.owner, c.Cfg.WatchdogTimeout, c.Cfg.ClaimWindow, next.secret, "")
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next *core.Succession, bury bool) (releaseReply, error) {
+	entry, reserved := "", false
+	if next != nil {
+		entry = core.QueueEntry(next.Owner, c.Cfg.WatchdogTimeout, c.Cfg.ClaimWindow, next.Secret, "")
+		reserved = next.Reserved
 	}
 	tombstone := "0"
 	if bury {
@@ -198,7 +190,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, re
 	req.sent = true
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
-			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(next.reserved), resent}).AsIntSlice()
+			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}

@@ -60,7 +60,8 @@ func (l *mutexTurn) GiveBack(p *core.Pass) {
 	abandon(l.c, l.keys, p.Owner, "-", p.Lease, p.Late)
 }
 
-// GiveUpPlace gives up a place a release queued for a Lock that never came.
-func (l *mutexTurn) GiveUpPlace(p *core.Promotion) {
-	abandon(l.c, l.keys, p.Owner, p.Secret, l.c.Cfg.WatchdogTimeout, false)
+// GiveUpPlace gives up a place a release queued for a Lock that never came
+// (or may still queue: uncertain leaves a tombstone).
+func (l *mutexTurn) GiveUpPlace(p *core.Promotion, uncertain bool) {
+	abandon(l.c, l.keys, p.Owner, p.Secret, l.c.Cfg.WatchdogTimeout, uncertain)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/relockio/relock/internal/core"
-	"github.com/relockio/relock/internal/mux"
 )
 
 // Unlock releases one level of the hold carried by lockCtx. The final level
@@ -130,38 +129,31 @@ func (r *mutexRelease) Pass(*core.Release) bool {
 // after all, one that lets it go.
 func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket) (core.ReleaseReply, error) {
 	m, h := r.m, r.Hold
-	mayKeep := r.local && r.Release.Round == 0
-	var next *localWaiter
-	var sw *mux.Waiter
-	var place successorPlace
-	if mayKeep {
-		if next = m.t.Successor(m.name, h); next == nil && r.mode != releaseInRedis {
-			next = m.t.Reserve(m.turn(), h)
-		}
-		sw, place = m.successorWait(h, next)
+	var next *core.Succession
+	if r.local && r.Release.Round == 0 {
+		next = m.t.Succeed(m.turn(), h, r.mode != releaseInRedis, m.keys.grants, recheckCap(m.c), keepHandOff)
 	}
 	var rr releaseReply
 	err := core.RetryTransient(ctx, func() (err error) {
-		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner(), r.req, r.Lease, place, h.LateAttempts())
+		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner(), r.req, r.Lease, next, h.LateAttempts())
 		m.c.NoteError(err)
 		return err
 	})
-	if sw != nil {
-		m.placeSuccessor(h, next, sw, place, rr, t, err)
+	if next != nil {
+		next.Settle(core.SuccessionReply{Kept: rr.kept, Unqueued: rr.unqueued, Queued: rr.left == 0 && !rr.kept && !rr.unqueued,
+			Place: rr.fence, Granted: rr.granted}, t, err)
 	}
 	switch {
 	case err != nil:
 		m.t.Dissolve(m.name, h)
 		return core.ReleaseReply{}, err
-	case rr.kept && mayKeep:
+	case rr.kept && next != nil:
 		// No one else waits in Redis: the lock stayed ours for the next
 		// local waiter. Pass it on; if that fails (it left, say), let the
 		// lock go in a second round.
-		h.Extend(t, r.Lease)
-		if m.t.Keep(m.name, h, next, rr.first, rr.last) && m.t.PassOn(m.name, h) {
+		if next.PassKept(t, r.Lease, rr.first, rr.last) {
 			return core.ReleaseReply{Left: 0}, nil
 		}
-		m.t.Dissolve(m.name, h)
 		r.req = newRequest(m.c)
 		return core.ReleaseReply{Again: true}, nil
 	case rr.kept:
@@ -180,59 +172,6 @@ func (r *mutexRelease) Cleanup(ctx context.Context, _ *core.Release) error {
 func (r *mutexRelease) NotHeld(cause error) error { return r.m.notHeld(cause) }
 
 func (r *mutexRelease) Wrap(err error) error { return r.m.wrap("unlock", err) }
-
-// successorWait prepares the release of h to queue next, the Client's next
-// leader (a waiting goroutine, or a place reserved for an expected Lock), in
-// Redis: a new owner id (and secret) and a Waiter on the lock's channel
-// tagged with it before the release runs, so the hand-off message cannot
-// arrive unheard. Only a live subscription will do, so that Unlock never
-// waits for pub/sub (a reconnect, say). Without a successor or a live
-// subscription h's cohort ends here, and the oldest waiter queues by itself.
-func (m *Mutex) successorWait(h *core.Hold, next *localWaiter) (*mux.Waiter, successorPlace) {
-	if next != nil {
-		if w := m.c.Mux.SubscribeIfLive(m.keys.grants, 1); w != nil {
-			owner, secret := m.c.NewID(), newSecret()
-			w.SetTagKeeping(owner, keepHandOff(secret))
-			return w, successorPlace{owner: owner, secret: secret, reserved: next.Reserved()}
-		}
-	}
-	m.t.Dissolve(m.name, h)
-	return nil, successorPlace{}
-}
-
-// placeSuccessor settles next, named the successor in a release of h that
-// ended with r (or err): it is handed the place the release queued for it,
-// or, when the lock was kept, stays a local waiter to be passed the lock; a
-// place nobody takes up is given up, and when the release failed or found the
-// hold lost, h's cohort ends and the oldest waiter queues by itself. A
-// reserved place the release did not queue (no one else waited) is dropped.
-func (m *Mutex) placeSuccessor(h *core.Hold, next *localWaiter, w *mux.Waiter, place successorPlace, r releaseReply, sent core.Ticket, err error) {
-	wd := m.c.Cfg.WatchdogTimeout
-	switch {
-	case err == nil && r.kept:
-		w.Leave(true)
-	case err == nil && r.unqueued:
-		m.t.Dissolve(m.name, h)
-		w.Leave(true)
-	case err == nil && r.left == 0:
-		retry := m.c.RetryAfter(r.granted)
-		if r.granted == 0 {
-			retry = 0
-		}
-		p := &promotion{W: w, Owner: place.owner, Secret: place.secret, QueuedAt: sent, Fence: r.fence, Check: r.granted == 0,
-			RetryIn: min(retry, recheckCap(m.c))}
-		if !m.t.Promote(m.name, h, next, p) {
-			w.Leave(true)
-			abandon(m.c, m.keys, place.owner, place.secret, wd, false)
-		}
-	default:
-		m.t.Dissolve(m.name, h)
-		w.Leave(true)
-		if err != nil { // the script may have queued it
-			abandon(m.c, m.keys, place.owner, place.secret, wd, true)
-		}
-	}
-}
 
 // handOn takes over a lock passed to a Lock call that is leaving, and unlocks
 // it at once: it goes to the next local waiter or back to Redis. A release

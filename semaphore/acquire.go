@@ -272,8 +272,8 @@ func (a *acquisition) Kept(*core.Acquisition) bool {
 // Active is true: every call with turns joins its Client's waiters first.
 func (a *acquisition) Active() bool { return true }
 
-// WaitLocal waits among the Client's waiters until it is passed a lease or made
-// the leader.
+// WaitLocal waits among the Client's waiters until it is passed a lease,
+// given a place in Redis, or made the leader.
 func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalOutcome, error) {
 	s := a.s
 	lw, lead := s.turns.Join(s.name)
@@ -294,6 +294,12 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 		a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(p.At)
 		return core.LocalPassed, nil
 	}
+	if p := s.turns.TakePromotion(lw); p != nil {
+		// The release that ended our Client's turn queued us in Redis,
+		// under a permit id of its own.
+		a.Promote(p)
+		return core.LocalQueued, nil
+	}
 	if s.c.IsClosed() {
 		return core.LocalOver, ErrClosed
 	}
@@ -307,11 +313,15 @@ func (a *acquisition) TakePass(*core.Acquisition, *mux.Waiter) bool { return fal
 func (a *acquisition) Listen(*core.Acquisition, *mux.Waiter) {}
 
 // Leave ends the call's place among its Client's waiters; a lease passed to
-// it as it left goes on.
+// it as it left goes on, and a place queued for it is given up.
 func (a *acquisition) Leave(*core.Acquisition) {
 	if a.lw != nil {
-		if p, _ := a.s.turns.Leave(a.s.name, a.lw); p != nil {
+		p, promo := a.s.turns.Leave(a.s.name, a.lw)
+		if p != nil {
 			a.s.handOn(p)
+		}
+		if promo != nil {
+			promo.GiveUp(a.s.turn())
 		}
 	}
 }
@@ -396,39 +406,58 @@ type semRelease struct {
 	n                int64
 	requestID        string
 	retried, mayPark bool
+	// local: the final release of a one-permit lease on a semaphore with
+	// turns, which may pass it on or keep it in the Client, or name the
+	// Client's next leader in Redis.
+	local bool
 }
 
 // Pass passes a one-permit lease to the next waiter of this Client while its
 // turn lasts, or keeps it for the Client's next Acquire.
 func (r *semRelease) Pass(*core.Release) bool {
 	s, h := r.s, r.Hold
-	if s.turns == nil || r.n != 1 {
-		return false
-	}
-	if s.turns.PassOn(s.name, h) || r.mayPark && s.turns.Park(s.turn(), h) {
-		return true
-	}
-	// The turn ends: the oldest waiter queues in Redis, behind the other
-	// Clients' waiters that this release serves first.
-	s.turns.Dissolve(s.name, h)
-	return false
+	r.local = s.turns != nil && r.n == 1
+	return r.local && (s.turns.PassOn(s.name, h) || r.mayPark && s.turns.Park(s.turn(), h))
 }
 
-// Round runs sem_release.lua.
-func (r *semRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (core.ReleaseReply, error) {
-	var released int64
+// Round runs sem_release.lua. At most two rounds, as for the Mutex: one
+// that may keep the permit for a local waiter (the successor), and, if that
+// waiter cannot take it after all, one that lets it go.
+func (r *semRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket) (core.ReleaseReply, error) {
+	s, h := r.s, r.Hold
+	var next *core.Succession
+	if r.local && r.Release.Round == 0 {
+		next = s.turns.Succeed(s.turn(), h, true, s.grant, recheckCap(s.c), keepGrant)
+	}
+	var rr releaseReply
 	err := core.RetryTransient(ctx, func() (err error) {
-		released, err = r.s.releaseScript(ctx, r.Hold.Owner(), r.requestID, r.retried)
+		rr, err = s.releaseScript(ctx, h.Owner(), r.requestID, r.retried, next, r.Lease)
 		r.retried = true // from now on an earlier attempt may have run
 		return err
 	})
-	if released < 0 {
-		return core.ReleaseReply{Left: -1}, err
+	if next != nil {
+		next.Settle(core.SuccessionReply{Kept: rr.kept, Unqueued: rr.unqueued, Queued: rr.queued, Place: rr.arrival, Granted: rr.granted}, t, err)
 	}
-	if err == nil && r.s.turns != nil && r.n == 1 {
-		r.s.turns.NoteReleased(r.s.name) // see core.Turns' relock statistics
+	switch {
+	case err != nil:
+		return core.ReleaseReply{}, err
+	case rr.kept && next != nil:
+		// No one else waits in Redis: the permit stayed ours for the next
+		// local waiter. Pass it on; if that fails, let it go in a second
+		// round, under a new request.
+		if next.PassKept(t, r.Lease, h.Token()+1, core.NoTokens) {
+			return core.ReleaseReply{}, nil
+		}
+		r.requestID, r.retried = s.c.NewID(), false
+		return core.ReleaseReply{Again: true}, nil
+	case rr.kept:
+		return core.ReleaseReply{Err: fmt.Errorf("unexpected reply: permit kept without a successor")}, nil
+	case rr.released < 0:
+		return core.ReleaseReply{Left: -1}, nil
+	case r.local:
+		s.turns.NoteReleased(s.name) // see core.Turns' relock statistics
 	}
-	return core.ReleaseReply{}, err
+	return core.ReleaseReply{}, nil
 }
 
 // Cleanup frees the permits whatever the release did.

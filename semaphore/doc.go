@@ -118,8 +118,10 @@
 // new holder's Release, or its pass, ends the lease. Passes are made within a
 // turn budget, the Mutex's: 8 within a second of the acquisition in Redis, or
 // up to 64 within 2ms; then the Release goes to Redis, which grants the permit
-// to the head of its queue, and the oldest waiter of the Client queues at the
-// tail: Clients are served in arrival order, one turn each. A lease is passed
+// to the head of its queue and, in the same script, queues the oldest waiter
+// of the Client at the tail (when no one else is queued, the lease stays with
+// the Client and is passed on): Clients are served in arrival order, one turn
+// each. A lease is passed
 // only while nothing puts it in doubt: the Client saw no connection error
 // since the command that last confirmed it, and at least half of it is left.
 // A lease lost in Redis without the Client knowing (its key deleted, say) is
@@ -133,7 +135,12 @@
 // out unused, the permit is released in Redis, and the Client stops lingering
 // on that semaphore until an Acquire comes within the linger of a release
 // again. The linger follows how soon the Client's Acquire calls came back, as
-// the Mutex's does (see rlock.WithLinger). Close releases a lease kept so at once. The linger is the Client's
+// the Mutex's does (see rlock.WithLinger). Close releases a lease kept so at
+// once. When a turn ends in Redis after the Client's Acquire calls came back
+// within the linger, its Release also queues a place for the Client's next
+// Acquire behind the waiter it serves, as the Mutex's Unlock does: that
+// Acquire takes the place with no script of its own, and a place no Acquire
+// takes within the linger is given up (one more script). The linger is the Client's
 // (core.Config.Linger, meant to follow rlock.WithLinger); while it is zero,
 // nothing is kept.
 //

@@ -31,7 +31,8 @@ func ReleaseScript(ctx context.Context, s *Semaphore, permitCtx context.Context,
 	if p == nil {
 		return 0, ErrNotHeld
 	}
-	return s.releaseScript(ctx, p.hold.Owner(), requestID, retry)
+	r, err := s.releaseScript(ctx, p.hold.Owner(), requestID, retry, nil, 0)
+	return r.released, err
 }
 
 // AcquireScript runs sem_acquire.lua once for permit id, as a retried attempt
@@ -64,4 +65,34 @@ func SetLinger(c *rlock.Client, d time.Duration) {
 // after the last release (see core.Turns.Park).
 func Parked(s *Semaphore) bool {
 	return s.turns != nil && s.turns.Parked(s.name)
+}
+
+// EndTurn spends what is left of the budget of the turn of s's Client, so
+// that its next release ends the turn in Redis (see core.Turns).
+func EndTurn(s *Semaphore) {
+	if s.turns != nil {
+		s.turns.EndTurn(s.name)
+	}
+}
+
+// ReleaseOutcome is sem_release.lua's reply, decoded.
+type ReleaseOutcome struct {
+	Released               int64
+	Kept, Unqueued, Queued bool
+	Arrival                uint64
+	Granted                int64
+}
+
+// ReleaseScriptNaming runs sem_release.lua once for the permit carried by
+// permitCtx, under request id (retry: not its first attempt), naming a
+// successor queued under the permit id successor (a reserved place when
+// reserved), as the release that ends a turn does.
+func ReleaseScriptNaming(ctx context.Context, s *Semaphore, permitCtx context.Context, requestID string, retry bool, successor string, reserved bool) (ReleaseOutcome, error) {
+	p := s.permitOf(permitCtx)
+	if p == nil {
+		return ReleaseOutcome{}, ErrNotHeld
+	}
+	next := &core.Succession{Owner: successor, Secret: newSecret(), Reserved: reserved}
+	r, err := s.releaseScript(ctx, p.hold.Owner(), requestID, retry, next, s.c.Cfg.WatchdogTimeout)
+	return ReleaseOutcome{r.released, r.kept, r.unqueued, r.queued, r.arrival, r.granted}, err
 }

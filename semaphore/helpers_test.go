@@ -71,6 +71,26 @@ func (e *env) client(opts ...rlock.Option) *rlock.Client {
 	return c
 }
 
+// aclClient returns a Client, as client does, of the ACL user "app", made
+// able to run everything, and acl, which changes that user's rules.
+func (e *env) aclClient(opts ...rlock.Option) (c *rlock.Client, acl func(rules ...string)) {
+	e.t.Helper()
+	acl = func(rules ...string) {
+		e.t.Helper()
+		if _, err := e.srv.Do(e.ctx, append([]string{"ACL", "SETUSER", "app"}, rules...)...); err != nil {
+			e.t.Fatalf("ACL SETUSER %v: %v", rules, err)
+		}
+	}
+	acl("on", ">secret", "~*", "&*", "+@all")
+	rc := redistest.Client(e.t, e.srv, func(o *rueidis.ClientOption) { o.Username, o.Password = "app", "secret" })
+	c, err := rlock.New(rc, append([]rlock.Option{rlock.WithKeyPrefix(e.prefix)}, opts...)...)
+	if err != nil {
+		e.t.Fatalf("rlock.New: %v", err)
+	}
+	e.t.Cleanup(func() { _ = c.Close() })
+	return c, acl
+}
+
 // sem returns the semaphore name on c, making sure its limit is set (the
 // first setter wins, as in production).
 func (e *env) sem(c *rlock.Client, name string, limit int64) *semaphore.Semaphore {

@@ -333,25 +333,13 @@ func TestOutageCleanupsBounded(t *testing.T) {
 func TestFailedReleaseGivesUp(t *testing.T) {
 	e := ownedEnv(t)
 	const name = "denied"
-	acl := func(rules ...string) {
-		t.Helper()
-		if _, err := e.srv.Do(e.ctx, append([]string{"ACL", "SETUSER", "app"}, rules...)...); err != nil {
-			t.Fatalf("ACL SETUSER %v: %v", rules, err)
-		}
-	}
-	acl("on", ">secret", "~*", "&*", "+@all")
-	rc := redistest.Client(t, e.srv, func(o *rueidis.ClientOption) { o.Username, o.Password = "app", "secret" })
-	c, err := rlock.New(rc, rlock.WithKeyPrefix(e.prefix), rlock.WithWatchdogTimeout(600*time.Millisecond), rlock.WithUnlockTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatalf("rlock.New: %v", err)
-	}
-	defer c.Close()
+	c, acl := e.aclClient(rlock.WithWatchdogTimeout(600*time.Millisecond), rlock.WithUnlockTimeout(500*time.Millisecond))
 	s := semaphore.New(c, name, semaphore.WithLimit(1))
 	observer := semaphore.New(e.client(), name, semaphore.WithLimit(1))
 	p := mustAcquire(t, s, e.ctx, 1)
 
 	acl("-evalsha", "-eval")
-	err = s.Release(p)
+	err := s.Release(p)
 	acl("+@all")
 	var ae *semaphore.AbandonError
 	if !errors.Is(err, semaphore.ErrAbandoned) || !errors.As(err, &ae) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relockio/relock/internal/core"
 	"github.com/relockio/relock/internal/lua"
+	"github.com/relockio/relock/rlock"
 )
 
 // publishCommand is what scripts publish with: SPUBLISH when the Client's
@@ -140,13 +141,48 @@ func (s *Semaphore) entry(id, want string, lease time.Duration, secret string) s
 	return core.QueueEntry(id, lease, s.c.Cfg.ClaimWindow, secret, want)
 }
 
+// releaseReply is sem_release.lua's answer.
+type releaseReply struct {
+	released int64 // permits released; -1 the id held none, -2 its lease had expired
+	kept     bool  // kept for the successor: no one else waited
+	unqueued bool  // released; the reserved successor was not queued
+	queued   bool  // released; the successor was queued at arrival
+	arrival  uint64
+	granted  int64 // ms the first permit handed on runs for; 0: none was
+}
+
 // releaseScript runs sem_release.lua; retry tells that an earlier attempt of
-// the request may have run, so that its latch is looked up.
-func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, retry bool) (int64, error) {
-	n, err := lua.SemRelease.Exec(ctx, s.c.RC, s.keys.with(s.keys.latch(requestID)),
-		[]string{id, publishCommand(ctx, s.c), s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry)}).AsInt64()
+// the request may have run, so that its latch is looked up. next, when
+// named, is queued behind the release (or the permit is kept for it, its
+// lease re-set to lease; see sem_release.lua).
+func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, retry bool, next *core.Succession, lease time.Duration) (releaseReply, error) {
+	entry, reserved := "", false
+	if next != nil {
+		entry, reserved = s.entry(next.Owner, "1", s.c.Cfg.WatchdogTimeout, next.Secret), next.Reserved
+	}
+	vals, err := lua.SemRelease.Exec(ctx, s.c.RC, s.keys.with(s.keys.latch(requestID)),
+		[]string{id, publishCommand(ctx, s.c), s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry),
+			entry, ms(recheckCap(s.c)), flag(reserved), ms(lease)}).AsIntSlice()
 	s.c.NoteError(err)
-	return n, err
+	if err != nil {
+		return releaseReply{}, err
+	}
+	return parseReleaseReply(vals)
+}
+
+// parseReleaseReply checks and decodes sem_release.lua's reply.
+func parseReleaseReply(vals []int64) (releaseReply, error) {
+	switch {
+	case len(vals) == 1 && vals[0] >= -2:
+		return releaseReply{released: vals[0]}, nil
+	case len(vals) == 1 && vals[0] == -3:
+		return releaseReply{kept: true}, nil
+	case len(vals) == 1 && vals[0] == -4:
+		return releaseReply{released: 1, unqueued: true}, nil
+	case len(vals) == 3 && vals[0] >= 0 && vals[1] > 0 && vals[2] >= 0:
+		return releaseReply{released: vals[0], queued: true, arrival: uint64(vals[1]), granted: vals[2]}, nil
+	}
+	return releaseReply{}, fmt.Errorf("semaphore: unexpected release reply %v", vals)
 }
 
 // abandonScript takes id out of the queue (entry: its queue entry, or "" when
@@ -171,6 +207,17 @@ func (s *Semaphore) giveBack(ctx context.Context, h *core.Hold) error {
 }
 
 func newSecret() string { return core.NewSecret() }
+
+// keepGrant is the rule by which the Waiter of a place a release queued for
+// its Client's next Acquire (see core.Turns.Succeed) keeps a message to its
+// permit id until the attempt takes it (see core.KeepData): a later message,
+// which anyone may publish, never displaces a grant proven with secret.
+func keepGrant(secret string) func(held, next string) bool {
+	return core.KeepData(func(data string) (uint64, bool) {
+		g, ok := parseGrant(data, secret)
+		return g.arrival, ok
+	}, rlock.MaxClaimWindow)
+}
 
 // grant is a hand-off of permits to a queued waiter, as its message tells it.
 type grant struct {

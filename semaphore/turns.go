@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"context"
+	"time"
 
 	"github.com/relockio/relock/internal/core"
 )
@@ -16,17 +17,21 @@ import (
 // for the Client's next Acquire for up to the linger (core.Config.Linger,
 // rlock.WithLinger).
 //
+// The release that ends a turn names the Client's next leader in Redis as
+// the Mutex's does, with the same code (core.Turns.Succeed): sem_release.lua
+// queues the oldest local waiter, under a permit id of its own, behind the
+// waiters it hands the permit to, in the same script (or, when no one else
+// is queued, keeps the lease for the Client and passes it on locally), and,
+// when the Client's Acquire calls came back within the linger, queues a place
+// for the next one, which takes it without a script (core.Turns.Reserve).
+//
 // What the semaphore lacks: fencing tokens (a pass hands on the permit id
-// alone), a watch on the permit id (nothing like ForceUnlock addresses a
-// holder), and the Mutex's successors and reserved places. sem_release.lua
-// hands the permit to the head of the queue but cannot queue anyone in the
-// same step, so the oldest local waiter queues by itself after the release
-// that ended its Client's turn, and no place can be kept for an Acquire the
-// Client expects. A lease lost in Redis without the Client knowing (a key
-// deleted, FLUSHALL) is found by the next renewal, which ends the hold: a
-// hold that ended passes nothing on, and its Release reports the loss.
+// alone), and a watch on the permit id (nothing like ForceUnlock addresses a
+// holder). A lease lost in Redis without the Client knowing (a key deleted,
+// FLUSHALL) is found by the next renewal, which ends the hold: a hold that
+// ended passes nothing on, and its Release reports the loss.
 
-// permitTurn is a Semaphore as its Client's turns see it (core.TurnLock).
+// permitTurn is a Semaphore as its Client's turns see it (core.Reserver).
 type permitTurn Semaphore
 
 // turn returns s as its Client's turns see it.
@@ -37,6 +42,16 @@ func (l *permitTurn) TurnName() string { return l.name }
 // GiveBack releases a lease passed on that no Acquire took up.
 func (l *permitTurn) GiveBack(p *core.Pass) { (*Semaphore)(l).releaseInBackground(p.Owner) }
 
+// GiveUpPlace gives up a place a release queued for an Acquire that never
+// came, in the background (a tombstone is always left: see sem_abandon.lua).
+func (l *permitTurn) GiveUpPlace(p *core.Promotion, _ bool) {
+	s := (*Semaphore)(l)
+	entry := s.entry(p.Owner, "1", s.c.Cfg.WatchdogTimeout, p.Secret)
+	s.c.GoUntil(time.Now().Add(s.c.Cfg.UnlockTimeout), func(ctx context.Context) {
+		_ = core.RetryTransient(ctx, func() error { return s.abandonScript(ctx, p.Owner, entry) })
+	})
+}
+
 // releaseInBackground releases the lease id in Redis (granting the permit to
 // the head of the queue), retried for up to the unlock timeout.
 func (s *Semaphore) releaseInBackground(id string) {
@@ -46,7 +61,7 @@ func (s *Semaphore) releaseInBackground(id string) {
 		defer cancel()
 		retried := false
 		_ = core.RetryTransient(ctx, func() error {
-			_, err := s.releaseScript(ctx, id, requestID, retried)
+			_, err := s.releaseScript(ctx, id, requestID, retried, nil, 0)
 			retried = true
 			return err
 		})

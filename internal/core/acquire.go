@@ -373,19 +373,19 @@ func (a *Acquisition) StartWait() {
 // WaitCtx is the context that bounds the call's wait.
 func (a *Acquisition) WaitCtx() context.Context { return a.waitCtx }
 
-// Promote makes the call the owner of a place in the Redis queue that a
-// release of its Client queued for it (see LocalTurns): with check false, its
-// first attempt only waits, for retryIn at most.
-func (a *Acquisition) Promote(owner, secret string, at Ticket, place uint64, check bool, retryIn time.Duration, w *mux.Waiter) {
+// Promote makes the call the owner of the place p in the Redis queue that a
+// release of its Client queued for it (see Turns.Succeed): unless p.Check,
+// its first attempt only waits, for p.RetryIn at most.
+func (a *Acquisition) Promote(p *Promotion) {
 	a.GiveUpOwner()
 	if a.w != nil {
 		a.w.Leave(true) // the place comes with its own subscription
 	}
-	a.Owner, a.Secret, a.sent, a.inRedis, a.keep = owner, secret, true, true, nil
-	a.queuedAt = at
-	a.place.Store(place)
-	a.presumed, a.presumeIn = !check, retryIn
-	a.w = w
+	a.Owner, a.Secret, a.sent, a.inRedis, a.keep = p.Owner, p.Secret, true, true, nil
+	a.queuedAt = p.QueuedAt
+	a.place.Store(p.Fence)
+	a.presumed, a.presumeIn = !p.Check, p.RetryIn
+	a.w = p.W
 }
 
 func (a *Acquisition) noteVia() {

@@ -91,6 +91,16 @@ func (a *Acquisition) woken(w *mux.Waiter) (done, ok bool, retry time.Duration) 
 		a.recheckBy = time.Now().Add(a.presumeIn)
 		return true, false, a.presumeIn
 	}
+	if data == "" && !a.recheckBy.IsZero() {
+		// A wake whose message an earlier try took already (it came before
+		// that try, which did not wait for it: a place queued by a release
+		// hears the release's notices before it is handed over): nothing
+		// new, so the re-check planned stands. (A wake that asks for a
+		// re-check carries mux.WakeData.)
+		if retry := time.Until(a.recheckBy); retry > 0 {
+			return true, false, retry
+		}
+	}
 	if d, ok := ParseNotice(data, a.Spec.MaxClaim); ok && !a.recheckBy.IsZero() {
 		// The waiter ahead was just handed the lock: re-check when its
 		// claim lapses (a drift margin later), in case it never takes the

@@ -67,8 +67,9 @@ type TurnLock interface {
 type Reserver interface {
 	TurnLock
 	// GiveUpPlace gives up in Redis (in the background) the place p queued
-	// for an acquisition that never took it; p.W has been left.
-	GiveUpPlace(p *Promotion)
+	// for an acquisition that never took it; p.W has been left. uncertain:
+	// the release that queues it may still run late (its reply was lost).
+	GiveUpPlace(p *Promotion, uncertain bool)
 }
 
 // TurnWatch hears messages addressed to a hold's owner field while it is
@@ -206,9 +207,17 @@ type Promotion struct {
 	Owner    string
 	Secret   string
 	QueuedAt Ticket
-	Fence    uint64
-	RetryIn  time.Duration
-	Check    bool // ask Redis at once: the release handed the lock to no one
+	// Fence is what a grant to the place names (see SuccessionReply.Place).
+	Fence   uint64
+	RetryIn time.Duration
+	Check   bool // ask Redis at once: the release handed the lock to no one
+}
+
+// GiveUp gives up the place p, which the acquisition it was queued for did
+// not take (it left: see Turns.Leave), in Redis.
+func (p *Promotion) GiveUp(k Reserver) {
+	p.W.Leave(true)
+	k.GiveUpPlace(p, false)
 }
 
 func (lw *TurnWaiter) wake() {
@@ -532,6 +541,16 @@ func (t *Turns) Heard(name string) bool {
 	defer t.mu.Unlock()
 	co := t.m[name]
 	return co != nil && co.watch != nil && len(co.watch.C()) > 0
+}
+
+// EndTurn spends what is left of the budget of the Client's turn on the
+// lock name, so that its next release ends the turn. For tests.
+func (t *Turns) EndTurn(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if co := t.m[name]; co != nil {
+		co.passed = TurnMaxPasses
+	}
 }
 
 // Parked reports whether the lock name is kept for the Client's next

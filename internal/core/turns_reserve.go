@@ -180,5 +180,5 @@ func (t *Turns) dropReservation(name string, co *cohort, l *TurnWaiter) {
 	if p.W != nil {
 		p.W.Leave(true)
 	}
-	l.reservedBy.GiveUpPlace(p)
+	l.reservedBy.GiveUpPlace(p, false)
 }

@@ -34,7 +34,7 @@ func (l *fakeLock) GiveBack(p *Pass) {
 	l.given = append(l.given, p)
 }
 
-func (l *fakeLock) GiveUpPlace(p *Promotion) {
+func (l *fakeLock) GiveUpPlace(p *Promotion, _ bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.places = append(l.places, p)
