@@ -12,9 +12,8 @@ import (
 
 // A Mutex held by one Client, with two waiters of two other Clients queued
 // one after the other: Inspect and `relock inspect` report the holder, its
-// token, the queue in order and how long each waiter has waited. The holder
-// took the lock with Lock, which reserves a block of tokens: its token is the
-// first of the block, below the fencing counter.
+// token (the one its Token returns), the queue in order and how long each
+// waiter has waited.
 func TestInspectMutex(t *testing.T) {
 	e := newEnv(t)
 	const name = "orders"
