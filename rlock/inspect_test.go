@@ -37,10 +37,10 @@ func mustToken(t *testing.T, m *rlock.Mutex, lc context.Context) uint64 {
 }
 
 // Inspect reports the token Redis granted the holder: the one its Token
-// returns after TryLock (a single token, the fencing counter's), after a Lock
-// that took the lock uncontended (the first of a block), and after a
-// hand-off from another Client. A goroutine of the holder's Client passed
-// the lock without Redis holds a later token of the block, at most Fence.
+// returns after TryLock and after a Lock that found the lock free, and after a
+// hand-off from another Client (the first of the block it reserved). A
+// goroutine of the holder's Client passed the lock without Redis holds a
+// later token of the block, at most Fence.
 func TestInspectHolderToken(t *testing.T) {
 	e := ftNewEnv(t)
 	const name = "inspect-token"
