@@ -73,7 +73,7 @@ func TestClaimExtended(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()).AsStrSlice()
+	owners, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()))
 	if err != nil || len(owners) != 1 {
 		t.Fatalf("HKEYS = %q, %v", owners, err)
 	}
@@ -94,7 +94,7 @@ func TestClaimExtended(t *testing.T) {
 	if tok, _ := m.Token(r.lc); tok != token {
 		t.Errorf("token = %d after the extension, want %d (the hand-off's)", tok, token)
 	}
-	if got, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()).AsStrSlice(); err != nil || len(got) != 1 || got[0] != owners[0] {
+	if got, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build())); err != nil || len(got) != 1 || got[0] != owners[0] {
 		t.Errorf("HKEYS = %q, %v; want %q still", got, err, owners)
 	}
 	mustUnlockFT(t, m, r.lc)

@@ -101,7 +101,7 @@ func TestFIFOUnlockKeepsNoTurn(t *testing.T) {
 	if rlock.Parked(e.a, e.name) {
 		t.Fatal("a fair Unlock kept the lock for its Client")
 	}
-	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(e.name)).Build()).AsStrSlice()
+	owners, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(e.name)).Build()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestHandoffInRelease(t *testing.T) {
 	if err := holder.Mutex(name).Unlock(hold); err != nil {
 		t.Fatal(err)
 	}
-	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()).AsStrSlice()
+	owners, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey(name)).Build()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,22 +22,37 @@ type Holder struct {
 	// Count is the hold count: re-entries of a Mutex or RWMutex hold, the
 	// permits a semaphore holder has.
 	Count int64
-	// Token is the hold's fencing token where Redis records it: an RWMutex
-	// writer's exactly; for RWMutex readers, the token they share (the
-	// fencing counter). 0 for a Mutex, whose holder's token Redis does not
-	// keep (see LockInfo.Fence), and for semaphores, which have none.
+	// Token is the hold's fencing token as Redis granted it: for a Mutex,
+	// the token of the grant that made this owner field the holder (an
+	// acquisition, a hand-off, or its Client keeping the lock after an
+	// Unlock for a goroutine of its own), the first of the block of tokens
+	// that grant reserved; for an RWMutex writer, its token; for RWMutex
+	// readers, the token they share (the fencing counter). A Mutex hold
+	// passed on within its Client (to another goroutine waiting in the same
+	// process, without Redis) takes the next tokens of that block, so the
+	// goroutine holding now may have a token above Token, and at most
+	// LockInfo.Fence. 0 for semaphores, which have none, and for a Mutex
+	// whose hash does not record it (taken by an older version of this
+	// module, or a quorum lock).
 	Token uint64
 	// LeaseLeft is the time left before the hold expires unless renewed
 	// (-1: no expiry), by the server's clock. It may be negative for an
 	// RWMutex reader or semaphore holder whose lease ran out and that no
 	// script has reclaimed yet: it holds nothing any more.
-	//
-	// Whether a hold is a claim not yet extended (a hand-off granted for the
-	// claim window, WithClaimWindow, that the new holder's Client has not
-	// yet extended to its lease) cannot be told from Redis: the engine does
-	// not record it. A lease left at most the claim window, on a lock just
-	// handed off, suggests it; it is not reported as a fact.
 	LeaseLeft time.Duration
+	// Claim reports that the hold is a claim not yet extended: the lock was
+	// handed to a queued waiter for the claim window only (WithClaimWindow,
+	// shorter than the lease), and nothing has set the whole lease since
+	// (the new holder's Client extends it with its next renewal). LeaseLeft
+	// is then at most the claim window; a holder whose Client does not
+	// extend it in time (paused, or stuck) loses the lock when it runs out.
+	// Redis records it for a Mutex holder and an RWMutex writer: the grant
+	// writes the claim's end into the hash and sets the hash to expire at
+	// exactly that time, and any lease set since moves the expiry past it.
+	// Always false for RWMutex readers and semaphore holders, whose grants
+	// record no more than their lease's end in a sorted set, so that a
+	// claim cannot be told from a lease there.
+	Claim bool
 }
 
 // Waiter is one place in a lock's (or semaphore's) queue, at the moment of
@@ -75,10 +90,9 @@ type LockInfo struct {
 	// Holder is the holder, nil when the lock is free.
 	Holder *Holder
 	// Fence is the fencing counter: the highest token reserved so far (0
-	// when it expired). The holder's token is at most Fence, and equal when
-	// it took the lock uncontended (TryLock, or Lock finding it free); a
-	// holder handed the lock, or one that passed it on to goroutines of its
-	// own Client, has a lower one from the block of tokens it reserved.
+	// when it expired). Holder.Token is at most Fence, and so is the token
+	// of any goroutine holding the lock now (see Holder.Token): a block of
+	// tokens reserved for the holder to pass on ends at Fence.
 	Fence uint64
 	// Queued is the number of waiters in the queue; Waiters lists them from
 	// the head (at most 1000).
@@ -104,11 +118,11 @@ func (m *Mutex) Inspect(ctx context.Context) (LockInfo, error) {
 }
 
 func parseLockInfo(name string, res rueidis.RedisResult) (LockInfo, error) {
-	strs, lists, err := core.InspectReply(res, 6)
+	strs, lists, err := core.InspectReply(res, 8)
 	if err != nil {
 		return LockInfo{}, err
 	}
-	nums, err := ints(strs[:4])
+	nums, err := ints([]string{strs[0], strs[1], strs[2], strs[3], strs[6]})
 	if err != nil {
 		return LockInfo{}, err
 	}
@@ -118,7 +132,8 @@ func parseLockInfo(name string, res rueidis.RedisResult) (LockInfo, error) {
 		if err != nil {
 			return LockInfo{}, err
 		}
-		info.Holder = &Holder{Owner: h[0], ClientID: core.ClientOf(h[0]), Count: n, LeaseLeft: core.LeaseOf(nums[1])}
+		info.Holder = &Holder{Owner: h[0], ClientID: core.ClientOf(h[0]), Count: n, Token: uint64(max(nums[4], 0)),
+			LeaseLeft: core.LeaseOf(nums[1]), Claim: strs[7] == "1"}
 	}
 	info.Waiters, err = waiters(nums[0], lists[5])
 	return info, err

@@ -8,7 +8,7 @@ const MaxNameLength = core.MaxNameLength
 // keys names everything one lock owns in Redis. All of it shares the hash tag
 // {name}, so it lives in one Redis Cluster slot and one script may touch it all.
 type keys struct {
-	lock    string // hash: owner field -> hold count
+	lock    string // hash: owner field -> hold count; 't' -> its token, 'c' -> its claim (see publish_lib.lua)
 	fence   string // fencing counter, kept a lease past its last token (see fence_lib.lua)
 	queue   string // zset: waiting owner field -> arrival number
 	waiters string // zset: waiting owner field -> deadline

@@ -133,7 +133,7 @@ func TestMultiLockFailureReleasesWithoutLinger(t *testing.T) {
 	if err := <-res; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v, want context.Canceled", err)
 	}
-	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey("y-a")).Build()).AsStrSlice()
+	owners, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey("y-a")).Build()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestMultiLockFailureReleasesInRedisBeforeOwnWaiter(t *testing.T) {
 	if err := <-res; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v, want context.Canceled", err)
 	}
-	owners, err := e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey("z-a")).Build()).AsStrSlice()
+	owners, err := hkeysOwners(e.raw.Do(e.ctx, e.raw.B().Hkeys().Key(e.lockKey("z-a")).Build()))
 	if err != nil {
 		t.Fatal(err)
 	}

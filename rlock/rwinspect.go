@@ -15,7 +15,8 @@ import (
 // consistent with itself, though it may have changed since).
 type RWLockInfo struct {
 	Name string
-	// Writer is the write holder, nil when none; its Token is exact.
+	// Writer is the write holder, nil when none; its Token is exact, and
+	// its Claim recorded (see Holder).
 	Writer *Holder
 	// Readers are the read holders (at most 1000 of them, Readers counts
 	// them all), each with its own lease and the token readers share.
@@ -51,7 +52,7 @@ func (rw *RWMutex) Inspect(ctx context.Context) (RWLockInfo, error) {
 }
 
 func parseRWLockInfo(name string, res rueidis.RedisResult) (RWLockInfo, error) {
-	strs, lists, err := core.InspectReply(res, 8)
+	strs, lists, err := core.InspectReply(res, 9)
 	if err != nil {
 		return RWLockInfo{}, err
 	}
@@ -62,6 +63,9 @@ func parseRWLockInfo(name string, res rueidis.RedisResult) (RWLockInfo, error) {
 	info := RWLockInfo{Name: name, Fence: uint64(max(nums[2], 0)), Queued: int(nums[3]), NumReaders: int(nums[4])}
 	if info.Writer, err = rwWriter(lists[4], nums[1]); err != nil {
 		return RWLockInfo{}, err
+	}
+	if info.Writer != nil {
+		info.Writer.Claim = strs[8] == "1"
 	}
 	readers, err := core.ParseExpiring(nums[0], lists[5], info.Fence)
 	if err != nil {
@@ -74,8 +78,8 @@ func parseRWLockInfo(name string, res rueidis.RedisResult) (RWLockInfo, error) {
 	return info, err
 }
 
-// rwWriter reads the writer hash's fields: the owner's count and 't', its
-// token.
+// rwWriter reads the writer hash's owner and token fields (see
+// rw_inspect.lua): the owner's count and 't', its token.
 func rwWriter(fields []string, pttl int64) (*Holder, error) {
 	var h *Holder
 	var token int64

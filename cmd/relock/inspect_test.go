@@ -12,13 +12,14 @@ import (
 
 // A Mutex held by one Client, with two waiters of two other Clients queued
 // one after the other: Inspect and `relock inspect` report the holder, its
-// token, the queue in order and how long each waiter has waited.
+// token (the one its Token returns), the queue in order and how long each
+// waiter has waited.
 func TestInspectMutex(t *testing.T) {
 	e := newEnv(t)
 	const name = "orders"
 	c0, c1, c2 := e.client(), e.client(), e.client()
 	m := c0.Mutex(name)
-	lc, err := m.TryLock(e.ctx)
+	lc, err := m.Lock(e.ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Unlock(lc) }) // (and keeps lc reachable: a dropped one is released)
 	token, err := m.Token(lc)
@@ -40,7 +41,9 @@ func TestInspectMutex(t *testing.T) {
 	require.NotNil(t, info.Holder)
 	require.Equal(t, c0.ID(), info.Holder.ClientID)
 	require.Equal(t, int64(1), info.Holder.Count)
-	require.Equal(t, token, info.Fence, "an uncontended TryLock takes the last token")
+	require.Equal(t, token, info.Holder.Token, "the holder's token")
+	require.GreaterOrEqual(t, info.Fence, token)
+	require.False(t, info.Holder.Claim, "an acquisition's hold is no claim")
 	require.Greater(t, info.Holder.LeaseLeft, time.Duration(0))
 	require.Equal(t, 2, info.Queued)
 	require.Len(t, info.Waiters, 2)
@@ -56,7 +59,9 @@ func TestInspectMutex(t *testing.T) {
 	require.Equal(t, "mutex", v.Kind)
 	require.Len(t, v.Holders, 1)
 	require.Equal(t, c0.ID(), v.Holders[0].Client)
-	require.Equal(t, token, v.Fence)
+	require.Equal(t, token, v.Holders[0].Token)
+	require.False(t, v.Holders[0].Claim)
+	require.Equal(t, info.Fence, v.Fence)
 	require.Len(t, v.Waiters, 2)
 	for i, c := range []*rlock.Client{c1, c2} {
 		require.Equal(t, c.ID(), v.Waiters[i].Client)
@@ -66,7 +71,7 @@ func TestInspectMutex(t *testing.T) {
 	}
 	table := e.cli("inspect", name)
 	t.Logf("relock inspect %s:\n%s", name, table)
-	requireRow(t, table, c0.ID(), "1", "-", "1", "-")
+	requireRow(t, table, c0.ID(), "1", "-", "1", itoa(token))
 	requireRow(t, table, "1", c1.ID(), "1", "-", "-")
 	requireRow(t, table, "2", c2.ID(), "1", "-", "-")
 	require.Contains(t, table, "QUEUE: 2 waiting")

@@ -31,7 +31,8 @@ type holderView struct {
 	Mode    string `json:"mode,omitempty"` // rw: read or write
 	Count   int64  `json:"count"`          // hold count; semaphore: permits
 	Token   uint64 `json:"token,omitempty"`
-	LeaseMS int64  `json:"lease_left_ms"` // -1: no expiry
+	LeaseMS int64  `json:"lease_left_ms"`   // -1: no expiry
+	Claim   bool   `json:"claim,omitempty"` // a claim not yet extended (rlock.Holder.Claim)
 }
 
 type waiterView struct {
@@ -91,7 +92,8 @@ func semView(i semaphore.Info) view {
 }
 
 func holderOf(h rlock.Holder, mode string) holderView {
-	return holderView{Client: h.ClientID, Owner: h.Owner, Mode: mode, Count: h.Count, Token: h.Token, LeaseMS: msOf(h.LeaseLeft)}
+	return holderView{Client: h.ClientID, Owner: h.Owner, Mode: mode, Count: h.Count, Token: h.Token, LeaseMS: msOf(h.LeaseLeft),
+		Claim: h.Claim}
 }
 
 func waitersOf(ws []rlock.Waiter) []waiterView {
@@ -130,10 +132,11 @@ func writeTable(w io.Writer, v view) {
 	if len(v.Holders) == 0 {
 		fmt.Fprintln(tw, "HOLDER\t(none: free)")
 	} else {
-		fmt.Fprintln(tw, "HOLDER\tHOLD\tMODE\tCOUNT\tTOKEN\tLEASE LEFT")
+		fmt.Fprintln(tw, "HOLDER\tHOLD\tMODE\tCOUNT\tTOKEN\tLEASE LEFT\tCLAIM")
 	}
 	for _, h := range v.Holders {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", h.Client, holdID(h.Owner), dash(h.Mode), h.Count, tokenText(h.Token), leaseText(h.LeaseMS))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Client, holdID(h.Owner), dash(h.Mode), h.Count, tokenText(h.Token),
+			leaseText(h.LeaseMS), claimText(h.Claim))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "QUEUE: %d waiting\n", v.Queued)
@@ -180,6 +183,15 @@ func tokenText(t uint64) string {
 		return "-"
 	}
 	return fmt.Sprint(t)
+}
+
+// claimText marks a hold that is a claim not yet extended: its lease left is
+// the claim window's.
+func claimText(claim bool) string {
+	if claim {
+		return "claim"
+	}
+	return "-"
 }
 
 func leaseText(ms int64) string {

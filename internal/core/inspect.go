@@ -31,6 +31,7 @@ type Holder struct {
 	Count     int64
 	Token     uint64
 	LeaseLeft time.Duration
+	Claim     bool
 }
 
 // ClientOf is the Client id of an owner field or permit id: the part before

@@ -44,7 +44,11 @@ if ARGV[7] == '1' then
 end
 queue_dequeue(q, queue_entry(owner, ARGV[2], ARGV[10], ARGV[8], ''))
 local held = redis.call('HDEL', lock, owner)
-if redis.call('EXISTS', lock) == 0 then
+if held == 1 then
+  -- A Mutex has one holder: its token and claim (see LOCK_TOKEN) go with it.
+  redis.call('DEL', lock)
+end
+if held == 1 or redis.call('EXISTS', lock) == 0 then
   local message = nil
   if held == 1 then
     message = ARGV[5]

@@ -1,7 +1,9 @@
 -- acquire: take or re-enter a reentrant lock held as a hash of owner -> hold
--- count. Contended acquisitions queue in arrival order, and a lock that becomes
--- free goes to the waiter at the head of the queue, and to no one else: it is
--- handed to it directly (see mutex_lib.lua and queue_lib.lua).
+-- count, with the holder's token and claim (see LOCK_TOKEN in
+-- publish_lib.lua). Contended acquisitions queue in arrival order, and a lock
+-- that becomes free goes to the waiter at the head of the queue, and to no
+-- one else: it is handed to it directly (see mutex_lib.lua and
+-- queue_lib.lua).
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  fencing counter (see fence_lib.lua)
@@ -40,7 +42,8 @@
 --   {1, token, count, last, left}  acquired (or found already handed to this
 --                      owner while it was queued, and its lease re-set); token
 --                      is the fencing token (0 on re-entry), count the hold
---                      count, token..last the tokens reserved for this holder,
+--                      count, token..last the tokens reserved for this holder
+--                      (found handed: the token granted, and last = token),
 --                      and left the number of waiters queued (0 on re-entry)
 --   {0, wait, fence}   not acquired; wait is the holder's remaining lease in
 --                      milliseconds (-1 when the key has no expiry; a holder
@@ -84,7 +87,7 @@ if ARGV[3] == '1' then
 end
 
 local denied = lock_denied(function(c)
-  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HGET', lock, 'f') and mutex_may(c, lock, q, fence)
+  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HMGET', lock, 'f') and mutex_may(c, lock, q, fence)
 end)
 if denied then
   return denied
@@ -108,20 +111,21 @@ if wait == -2 then
       queue_dequeue(q, entry)
       left = redis.call('ZCARD', q.queue)
     end
-    redis.call('HSET', lock, owner, 1)
-    redis.call('PEXPIRE', lock, lease)
     local block = tonumber(ARGV[8])
     local last = fence_tokens(fence, block, lease)
+    lock_hold(lock, owner, last - block + 1, lease, lease)
     return {1, last - block + 1, 1, last, left}
   end
 else
-  local count = redis.call('HGET', lock, owner)
-  if count then
+  local held = redis.call('HMGET', lock, owner, LOCK_TOKEN)
+  if held[1] then
     -- Handed to us while we were queued (its message may be lost or late),
-    -- or taken by an attempt of ours whose reply was lost.
+    -- or taken by an attempt of ours whose reply was lost: the token Redis
+    -- granted (the counter now for a hash that does not record it, written
+    -- by an older version). The lease re-set ends a claim (see lock_claimed).
     redis.call('PEXPIRE', lock, lease)
-    local last = fence_now(fence, lease)
-    return {1, last, tonumber(count), last, redis.call('ZCARD', q.queue)}
+    local token = tonumber(held[2]) or fence_now(fence, lease)
+    return {1, token, tonumber(held[1]), token, redis.call('ZCARD', q.queue)}
   end
 end
 if ARGV[4] == '1' then

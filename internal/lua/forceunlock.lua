@@ -26,7 +26,12 @@ end)
 if denied then
   return denied
 end
-local owners = redis.call('HKEYS', KEYS[1])
+local owners = {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if lock_owner(field) then -- (not the holder's token or claim, see LOCK_TOKEN)
+    owners[#owners + 1] = field
+  end
+end
 for _, owner in ipairs(owners) do
   denied = lock_denied(function(c)
     return c(lock_publish_name(ARGV[1]), queue_channel(ARGV[5], owner), 'm')

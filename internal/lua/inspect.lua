@@ -9,19 +9,34 @@
 -- ARGV[1]  the most waiters to report, from the head
 --
 -- Returns an array (numbers as decimal strings; they may pass 2^31):
---   {now, pttl, fence, queued, holders, waiters}
+--   {now, pttl, fence, queued, holders, waiters, token, claim}
 --   now      the server clock in microseconds
 --   pttl     the lock hash's PTTL in ms (-2: no holder, -1: no expiry)
 --   fence    the fencing counter ('' when missing)
 --   queued   the number of entries in the queue
---   holders  {owner, count, ...}: the hash's fields
+--   holders  {owner, count, ...}: the hash's owner fields
 --   waiters  {owner, arrival, deadline, lease, '', ...} from the head: the
 --            entry's owner and lease (its secret is not returned), its
 --            arrival number and deadline ('' when it has none); the fifth
 --            item, '' here, is the mode or permits in rw_inspect.lua and
 --            sem_inspect.lua
+--   token    the token Redis granted the holder ('' when not recorded: no
+--            holder, or a hash written by an older version); see LOCK_TOKEN
+--   claim    '1' when the hold is a claim not yet extended, else '0'
 now_ms()
-local holders = redis.call('HGETALL', KEYS[1])
+local holders, token, claim = {}, '', nil
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local f = fields[i]
+  if f == LOCK_TOKEN then
+    token = fields[i + 1]
+  elseif f == LOCK_CLAIM then
+    claim = fields[i + 1]
+  elseif lock_owner(f) then
+    holders[#holders + 1] = f
+    holders[#holders + 1] = fields[i + 1]
+  end
+end
 local waiters = queue_waiters({queue = KEYS[3], waiters = KEYS[4]}, tonumber(ARGV[1]))
 return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[2]) or '',
-  tostring(redis.call('ZCARD', KEYS[3])), holders, waiters}
+  tostring(redis.call('ZCARD', KEYS[3])), holders, waiters, token, lock_claimed(KEYS[1], claim) and '1' or '0'}

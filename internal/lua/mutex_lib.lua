@@ -19,17 +19,18 @@
 -- commands each script runs on the lock hash, its check before its first
 -- write (see lock_denied).
 local function mutex_may(c, lock, q, fence)
-  return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1') and c('DEL', lock) and
-    queue_may(c, q) and fence_may(c, fence)
+  return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1') and c('PEXPIREAT', lock, '1') and
+    c('DEL', lock) and queue_may(c, q) and fence_may(c, fence)
 end
 
 -- The Mutex's grant (see queue_serve): the head waiter holds the lock from
--- now on, for its claim window, with a new block of k.block fencing tokens.
+-- now on, for its claim window, with a new block of k.block fencing tokens
+-- (the hash records the first, and the claim: see lock_hold).
 local function mutex_grant(k, _, arrival, owner, lease, ttl, secret)
-  redis.call('HSET', k.lock, owner, 1)
-  redis.call('PEXPIRE', k.lock, ttl)
   k.last = fence_tokens(k.fence, k.block, lease)
-  return queue_proof(secret, arrival, k.last - k.block + 1, k.last, redis.call('ZCARD', k.q.queue))
+  local first = k.last - k.block + 1
+  lock_hold(k.lock, owner, first, ttl, lease)
+  return queue_proof(secret, arrival, first, k.last, redis.call('ZCARD', k.q.queue))
 end
 
 -- One grant is heard, and the lock is the head's; one no one heard is undone

@@ -98,6 +98,50 @@ local function now_ms()
   return clock_ms
 end
 
+-- A Mutex-shaped lock hash (a Mutex's, an RWMutex's writer hash) maps its
+-- holder's owner field (client id ':' number) to its hold count, beside two
+-- fields no owner field is spelt like (see lock_owner), written in the same
+-- HSET as the owner field wherever a holder is made (lock_hold):
+--   LOCK_TOKEN  the fencing token Redis granted that holder: the first of the
+--               block it reserved (the holder may pass later tokens of the
+--               block on to goroutines of its own process without Redis)
+--   LOCK_CLAIM  only for a grant made for a claim window shorter than the
+--               lease (see queue_lib.lua's Claims): the end of that claim
+--               (server time, ms), which the hash was set to expire at
+--               exactly; any lease set since (an extension, a renewal, a
+--               re-entry) moved the expiry past it, so the hold is a claim
+--               not yet extended while the two are equal (see lock_claimed)
+-- Both go with the hash when the holder releases (the hash is deleted).
+local LOCK_TOKEN, LOCK_CLAIM = 't', 'c'
+
+-- Whether a field of a lock hash is an owner field.
+local function lock_owner(field)
+  return string.find(field, ':', 1, true) ~= nil
+end
+
+-- Makes owner the holder of the Mutex-shaped lock hash lock (count 1, see
+-- LOCK_TOKEN) with token, for ttl ms of its lease of lease ms: one HSET and
+-- one expiry. A grant for a claim window (ttl < lease) expires at a time the
+-- hash records (LOCK_CLAIM). The caller's ACL check covers HSET, PEXPIRE and
+-- PEXPIREAT on lock.
+local function lock_hold(lock, owner, token, ttl, lease)
+  ttl, token = tonumber(ttl), string.format('%d', token)
+  if ttl < tonumber(lease) then
+    local at = string.format('%d', now_ms() + ttl)
+    redis.call('HSET', lock, owner, 1, LOCK_TOKEN, token, LOCK_CLAIM, at)
+    redis.call('PEXPIREAT', lock, at)
+  else
+    redis.call('HSET', lock, owner, 1, LOCK_TOKEN, token)
+    redis.call('PEXPIRE', lock, ttl)
+  end
+end
+
+-- Whether the hold of lock, whose LOCK_CLAIM field reads at (nil: none), is
+-- still the claim its grant made: the hash expires when the claim ends.
+local function lock_claimed(lock, at)
+  return at ~= nil and string.format('%d', redis.call('PEXPIRETIME', lock)) == at
+end
+
 -- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so
 -- that a late acquisition attempt of that field is refused.
 local function lock_bury(tombstone, ms)

@@ -43,5 +43,11 @@ if redis.call('HEXISTS', lock, owner) == 1 then
   redis.call('PEXPIRE', lock, lease)
   return {1}
 end
-local holder = redis.call('HKEYS', lock)[1] or ''
+local holder = ''
+for _, field in ipairs(redis.call('HKEYS', lock)) do
+  if lock_owner(field) then -- (a Mutex's hash records its token too, see LOCK_TOKEN)
+    holder = field
+    break
+  end
+end
 return {0, wait, holder}

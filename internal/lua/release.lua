@@ -53,7 +53,8 @@
 --                       queued, as no one else was
 --   {-3, first, last}   kept: a successor was named and no one else is
 --                       queued; the lock stays with the owner field, lease re-set,
---                       with the fencing tokens first..last reserved
+--                       with the fencing tokens first..last reserved (the hash
+--                       records first as the holder's token)
 --   a NOPERM error      the user may not run a command this call may run
 --                       (named in the error, the final level's PUBLISH on the
 --                       unlock channel included): nothing was changed; or
@@ -107,8 +108,11 @@ else
     denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
     reply = '-4'
   elseif not head then
-    redis.call('PEXPIRE', lock, lease)
     local last = fence_tokens(fence, block, lease)
+    -- The first token goes to the successor, the lease re-set ends a claim
+    -- (see LOCK_TOKEN).
+    redis.call('HSET', lock, LOCK_TOKEN, string.format('%d', last - block + 1))
+    redis.call('PEXPIRE', lock, lease)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
     lock_bury(KEYS[7], ARGV[10])

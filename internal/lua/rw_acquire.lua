@@ -94,7 +94,7 @@ rw_reclaim(now)
 -- message may be lost or late), or taken by an attempt whose reply was lost.
 local function held()
   if mode == 'w' then
-    local v = redis.call('HMGET', KEYS[1], owner, 't')
+    local v = redis.call('HMGET', KEYS[1], owner, LOCK_TOKEN)
     if v[1] then
       redis.call('PEXPIRE', KEYS[1], lease)
       return {1, tonumber(v[2] or '0'), tonumber(v[1])}
@@ -139,7 +139,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
     return {1, fence_now(KEYS[7], lease), 1}
   end
   if redis.call('ZCARD', KEYS[2]) == 0 then
-    return {1, rw_grant_writer(owner, lease), 1}
+    return {1, rw_grant_writer(owner, lease, lease), 1}
   end
 end
 

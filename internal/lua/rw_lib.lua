@@ -5,7 +5,8 @@
 -- Every RWMutex script but rw_renew.lua receives the same first seven KEYS,
 -- all sharing the lock's {name} hash tag:
 --   KEYS[1] writer hash: the writer's owner field -> write hold count, and
---           't' -> its fencing token; expires with the writer's lease
+--           LOCK_TOKEN -> its fencing token, LOCK_CLAIM -> the end of a
+--           claim (see publish_lib.lua); expires with the writer's lease
 --   KEYS[2] readers zset: owner field -> lease expiry (server time, ms); each
 --           reader has its own lease, and expired readers are dropped by the
 --           next script that looks (rw_reclaim)
@@ -54,7 +55,7 @@ local function rw_may(c)
   local w, r, n = KEYS[1], KEYS[2], KEYS[3]
   return c('PTTL', w) and c('EXISTS', w) and c('HGET', w, 'f') and c('HMGET', w, 'f') and
     c('HEXISTS', w, 'f') and c('HSET', w, 'f', '1') and c('HINCRBY', w, 'f', '1') and
-    c('PEXPIRE', w, '1') and c('DEL', w) and
+    c('PEXPIRE', w, '1') and c('PEXPIREAT', w, '1') and c('DEL', w) and
     c('ZRANGE', r, '0', '0') and c('ZRANGEBYSCORE', r, '0', '0') and c('ZADD', r, '1', 'm') and
     c('ZREM', r, 'm') and c('ZCARD', r) and c('PTTL', r) and c('PEXPIREAT', r, '1') and
     c('HGET', n, 'f') and c('HEXISTS', n, 'f') and c('HSET', n, 'f', '1') and
@@ -95,11 +96,11 @@ local function rw_drop_reader(owner)
   redis.call('HDEL', KEYS[3], owner)
 end
 
--- Gives owner the write lock (count 1) with a new fencing token; returns it.
-local function rw_grant_writer(owner, lease)
-  local token = fence_tokens(KEYS[7], 1, lease)
-  redis.call('HSET', KEYS[1], owner, 1, 't', string.format('%d', token))
-  redis.call('PEXPIRE', KEYS[1], lease)
+-- Gives owner the write lock (count 1) with a new fencing token for ttl ms
+-- of its lease (ms; longer: a claim, see lock_hold); returns the token.
+local function rw_grant_writer(owner, ttl, lease)
+  local token = fence_tokens(KEYS[7], 1, ttl)
+  lock_hold(KEYS[1], owner, token, ttl, lease)
   return token
 end
 
@@ -130,7 +131,7 @@ end
 local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
   k.others = nil
   if mode == 'w' then
-    local token = rw_grant_writer(owner, ttl)
+    local token = rw_grant_writer(owner, ttl, lease)
     return owner ~= k.self and queue_proof(secret, arrival, token) or nil
   end
   local batch, others, proofs, shortest, token = k.batch, {}, {}, nil, nil
