@@ -242,6 +242,45 @@ func TestAddressedData(t *testing.T) {
 	}
 }
 
+// Followed tells whether anything reached a Waiter after the data TakeData
+// last returned: a message its keep rule turned away while that data was
+// held (a grant keeps its place against a later message), or one since.
+func TestAddressedFollowed(t *testing.T) {
+	ctx := mxContext(t)
+	srv := redistest.New(t)
+	pub := redistest.Client(t, srv)
+	prefix := redistest.KeyPrefix(t)
+	m := mxNew(t, redistest.Client(t, srv))
+	fence := mxNewFence(ctx, t, m, pub, prefix)
+	ch := prefix + "followed"
+	w := mxSubscribe(ctx, t, m, ch)
+	defer w.Leave(true)
+	w.SetTagKeeping("a:1", func(held, _ string) bool { return held == "grant" })
+	send := func(data string) {
+		mxPublish(ctx, t, pub, ch, mux.AddressPrefix+"a:1"+mux.AddressDataSeparator+data)
+		fence.sync(ctx, t)
+	}
+
+	send("notice")
+	send("grant") // displaces the notice, which came before it
+	if d := w.TakeData(); d != "grant" || w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want grant, false", d, w.Followed())
+	}
+	send("grant")
+	send("revoked") // turned away: the grant stays
+	if d := w.TakeData(); d != "grant" || !w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want grant, true", d, w.Followed())
+	}
+	send("later")
+	if d := w.TakeData(); d != "later" || w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want later, false", d, w.Followed())
+	}
+	send("since") // after TakeData: held now
+	if !w.Followed() {
+		t.Fatal("Followed = false with a message held since TakeData")
+	}
+}
+
 // SubscribeIfLive joins only a channel whose subscription is confirmed on the
 // current connection, and never waits or sends a command.
 func TestSubscribeIfLive(t *testing.T) {
