@@ -240,27 +240,19 @@ func TestAddressedData(t *testing.T) {
 	if d := ws[0].TakeData(); d != "" {
 		t.Fatalf("TakeData after a new tag = %q, want nothing", d)
 	}
+	addressedFollowed(t, ws[1], func(data string) {
+		mxPublish(ctx, t, pub, ch, mux.AddressPrefix+"b:2"+mux.AddressDataSeparator+data)
+		fence.sync(ctx, t)
+	})
 }
 
-// Followed tells whether anything reached a Waiter after the data TakeData
-// last returned: a message its keep rule turned away while that data was
-// held (a grant keeps its place against a later message), or one since.
-func TestAddressedFollowed(t *testing.T) {
-	ctx := mxContext(t)
-	srv := redistest.New(t)
-	pub := redistest.Client(t, srv)
-	prefix := redistest.KeyPrefix(t)
-	m := mxNew(t, redistest.Client(t, srv))
-	fence := mxNewFence(ctx, t, m, pub, prefix)
-	ch := prefix + "followed"
-	w := mxSubscribe(ctx, t, m, ch)
-	defer w.Leave(true)
-	w.SetTagKeeping("a:1", func(held, _ string) bool { return held == "grant" })
-	send := func(data string) {
-		mxPublish(ctx, t, pub, ch, mux.AddressPrefix+"a:1"+mux.AddressDataSeparator+data)
-		fence.sync(ctx, t)
-	}
-
+// addressedFollowed checks Followed on w, tagged so that send reaches it: it
+// tells whether anything reached w after the data TakeData last returned, a
+// message its keep rule turned away while that data was held (a grant keeps
+// its place against a later message), or one since.
+func addressedFollowed(t *testing.T, w *mux.Waiter, send func(data string)) {
+	t.Helper()
+	w.SetTagKeeping("b:2", func(held, _ string) bool { return held == "grant" })
 	send("notice")
 	send("grant") // displaces the notice, which came before it
 	if d := w.TakeData(); d != "grant" || w.Followed() {
