@@ -198,7 +198,9 @@ func (a *acquisition) takePass(w *mux.Waiter) bool {
 
 // Listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition
-// (w's): ForceUnlock tells a holder so (see cohort.watch).
+// (w's): ForceUnlock tells a holder so (see cohort.watch). What w heard
+// after the grant, before the listener was tagged, counts as heard by it: a
+// ForceUnlock right after the grant is told to w alone.
 func (a *acquisition) Listen(_ *core.Acquisition, w *mux.Waiter) {
 	if a.watch != nil {
 		return
@@ -206,6 +208,9 @@ func (a *acquisition) Listen(_ *core.Acquisition, w *mux.Waiter) {
 	if l := a.m.c.Mux.SubscribeIfLive(a.m.keys.grants, 1); l != nil {
 		l.IgnoreBudget()
 		l.SetTag(a.Owner)
+		if w.Followed() { // checked after SetTag: later messages reach l
+			l.Notify()
+		}
 		a.watch = l
 	}
 }

@@ -240,6 +240,37 @@ func TestAddressedData(t *testing.T) {
 	if d := ws[0].TakeData(); d != "" {
 		t.Fatalf("TakeData after a new tag = %q, want nothing", d)
 	}
+	addressedFollowed(t, ws[1], func(data string) {
+		mxPublish(ctx, t, pub, ch, mux.AddressPrefix+"b:2"+mux.AddressDataSeparator+data)
+		fence.sync(ctx, t)
+	})
+}
+
+// addressedFollowed checks Followed on w, tagged so that send reaches it: it
+// tells whether anything reached w after the data TakeData last returned, a
+// message its keep rule turned away while that data was held (a grant keeps
+// its place against a later message), or one since.
+func addressedFollowed(t *testing.T, w *mux.Waiter, send func(data string)) {
+	t.Helper()
+	w.SetTagKeeping("b:2", func(held, _ string) bool { return held == "grant" })
+	send("notice")
+	send("grant") // displaces the notice, which came before it
+	if d := w.TakeData(); d != "grant" || w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want grant, false", d, w.Followed())
+	}
+	send("grant")
+	send("revoked") // turned away: the grant stays
+	if d := w.TakeData(); d != "grant" || !w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want grant, true", d, w.Followed())
+	}
+	send("later")
+	if d := w.TakeData(); d != "later" || w.Followed() {
+		t.Fatalf("TakeData = %q, Followed = %v; want later, false", d, w.Followed())
+	}
+	send("since") // after TakeData: held now
+	if !w.Followed() {
+		t.Fatal("Followed = false with a message held since TakeData")
+	}
 }
 
 // SubscribeIfLive joins only a channel whose subscription is confirmed on the

@@ -15,6 +15,10 @@ type Waiter struct {
 	weight int64
 	tag    string // guarded by conn.mu; see SetTag
 	data   string // payload of the addressed message kept, guarded by conn.mu
+	// discarded: the keep rule turned a message away while data was held;
+	// followed: one was turned away while the data TakeData last returned
+	// was held (see Followed). Guarded by conn.mu.
+	discarded, followed bool
 	// keep, when set, decides which payload the Waiter keeps (see
 	// SetTagKeeping); guarded by conn.mu.
 	keep  func(held, next string) bool
@@ -113,6 +117,7 @@ func (w *Waiter) SetTagKeeping(tag string, keep func(held, next string) bool) {
 	w.conn.mu.Lock()
 	if w.tag != tag {
 		w.data = ""
+		w.discarded, w.followed = false, false
 	}
 	w.tag, w.keep = tag, keep
 	w.conn.mu.Unlock()
@@ -131,7 +136,10 @@ func (w *Waiter) offer(data string) {
 		data = WakeData
 	}
 	if w.data == "" || !w.keep(w.data, data) {
-		w.data = data
+		// What was turned away came before data, not after it.
+		w.data, w.discarded = data, false
+	} else {
+		w.discarded = true
 	}
 }
 
@@ -152,8 +160,21 @@ func (w *Waiter) TakeData() string {
 	w.conn.mu.Lock()
 	d := w.data
 	w.data = ""
+	w.followed, w.discarded = w.discarded, false
 	w.conn.mu.Unlock()
 	return d
+}
+
+// Followed reports whether a message addressed to the Waiter's tag, or a
+// wake, reached it after the data TakeData last returned: one its keep rule
+// turned away while that data was held, or one since. A grant taken from
+// that data may have been revoked by such a message (see rlock's
+// ForceUnlock), which the keep rule, as it must, did not let displace the
+// grant.
+func (w *Waiter) Followed() bool {
+	w.conn.mu.Lock()
+	defer w.conn.mu.Unlock()
+	return w.followed || w.discarded || w.data != ""
 }
 
 // Notify wakes the Waiter as a message chosen for it would (C receives a
