@@ -308,7 +308,7 @@ func (m *Mutex) withHold(ctx, lockCtx context.Context, h *core.Hold, watch bool)
 func (m *Mutex) releaseDropped(h *core.Hold) (released bool, err error) {
 	for {
 		before, _ := h.Count()
-		err := m.release(context.Background(), h, newRequest(m.c), releasePass)
+		err := m.release(context.Background(), h, releasePass)
 		switch {
 		case errors.Is(err, ErrNotHeld) && !released:
 			return false, nil // ended meanwhile: an Unlock in flight, a loss

@@ -16,7 +16,7 @@ func ReleaseWithRequestID(m *Mutex, lockCtx context.Context, id string) error {
 	if h == nil {
 		return ErrNotHeld
 	}
-	return m.release(lockCtx, h, &request{id: id, sent: true}, releaseTurn)
+	return m.releaseAs(lockCtx, h, &request{id: id, sent: true}, releaseTurn)
 }
 
 // ReleaseScript runs release.lua once for the owner of the hold carried by

@@ -183,7 +183,7 @@ func (ml *MultiLock) releaseMembers(ctx context.Context, mh *multiHold) error {
 	var errs []error
 	for i := len(mh.holds) - 1; i >= 0; i-- {
 		m := ml.mutexes[i]
-		if err := m.release(ctx, mh.holds[i], newRequest(m.c), releaseTurn); err != nil {
+		if err := m.release(ctx, mh.holds[i], releaseTurn); err != nil {
 			errs = append(errs, err)
 		}
 	}

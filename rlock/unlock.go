@@ -3,6 +3,7 @@ package rlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/relockio/relock/internal/core"
@@ -44,7 +45,7 @@ func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if h == nil {
 		return m.noHold(lockCtx)
 	}
-	return m.release(lockCtx, h, newRequest(m.c), releaseTurn)
+	return m.release(lockCtx, h, releaseTurn)
 }
 
 // observedUnlock is Unlock told to the Client's Observer.
@@ -55,7 +56,7 @@ func (m *Mutex) observedUnlock(lockCtx context.Context) error {
 	if h == nil {
 		err = m.noHold(lockCtx)
 	} else {
-		err = m.release(lockCtx, h, newRequest(m.c), releaseTurn)
+		err = m.release(lockCtx, h, releaseTurn)
 	}
 	final := false
 	if h != nil && err == nil {
@@ -76,7 +77,7 @@ func (m *Mutex) unlockInRedis(lockCtx context.Context) error {
 	if h == nil {
 		return m.noHold(lockCtx)
 	}
-	return m.release(lockCtx, h, newRequest(m.c), releaseInRedis)
+	return m.release(lockCtx, h, releaseInRedis)
 }
 
 // releaseMode is what the final level of a release may do in the Client
@@ -98,17 +99,35 @@ const (
 
 // release releases one level of h (see core.Release); mode says whether the
 // final level may pass the lock on or keep it in the Client.
-func (m *Mutex) release(lockCtx context.Context, h *core.Hold, req *request, mode releaseMode) error {
-	r := &mutexRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: mode != releasePass}, m: m, req: req, mode: mode}
-	return r.Run(lockCtx, r)
+func (m *Mutex) release(lockCtx context.Context, h *core.Hold, mode releaseMode) error {
+	return m.releaseAs(lockCtx, h, nil, mode)
 }
+
+// releaseAs is release under request req (nil: a new one, made if a script
+// runs).
+func (m *Mutex) releaseAs(lockCtx context.Context, h *core.Hold, req *request, mode releaseMode) error {
+	r := mutexReleases.Get().(*mutexRelease)
+	*r = mutexRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: mode != releasePass}, m: m, req: req, mode: mode}
+	err := r.Run(lockCtx, r)
+	if !r.Abandoned {
+		*r = mutexRelease{}
+		mutexReleases.Put(r)
+	}
+	return err
+}
+
+// mutexReleases recycles the state of releases, as acquisitions does that
+// of Lock calls: most Unlocks pass the lock on or keep it without Redis, and
+// this state would be their largest allocation. Nothing keeps it once Run
+// returns, but an abandoned release's clean-up (see core.Release.Abandoned).
+var mutexReleases = sync.Pool{New: func() any { return new(mutexRelease) }}
 
 // mutexRelease is one release of a Mutex hold: the Mutex's part of the
 // release states (see core.Releaser).
 type mutexRelease struct {
 	core.Release
 	m    *Mutex
-	req  *request
+	req  *request // made by the first round: a pass needs none
 	mode releaseMode
 	// local: the final level of a hold that is not fair, which may pass the
 	// lock on or keep it in the Client. A fair hold formed no cohort: the
@@ -132,6 +151,9 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	var next *core.Succession
 	if r.local && r.Release.Round == 0 {
 		next = m.t.Succeed(m.turn(), h, r.mode != releaseInRedis, m.keys.grants, recheckCap(m.c), keepHandOff)
+	}
+	if r.req == nil {
+		r.req = newRequest(m.c) // one id for every retry of the round
 	}
 	var rr releaseReply
 	err := core.RetryTransient(ctx, func() (err error) {
@@ -182,5 +204,5 @@ func (m *Mutex) handOn(p *cohortPass) {
 	if !m.t.TakeOver(m.turn(), h, p, ErrUnlocked) {
 		return // closing: given back in Redis
 	}
-	_ = m.release(context.Background(), h, newRequest(m.c), releasePass)
+	_ = m.release(context.Background(), h, releasePass)
 }

@@ -123,7 +123,10 @@ func (c *Client) EndWait(call *Call) {
 // Acquired records the end of an acquisition call (op on the lock name of
 // kind) that started at call.Start.
 func (c *Client) Acquired(ctx context.Context, kind *Kind, op, name string, call *Call, err, locked error) {
-	d := time.Since(call.Start)
+	var d time.Duration
+	if call.Waited || c.Obs != nil {
+		d = time.Since(call.Start)
+	}
 	s := &c.Stats
 	class := Classify(err, locked)
 	if err != nil {

@@ -36,6 +36,10 @@ type Release struct {
 	// unlock timeout, and Close does not: its commands run inline (see
 	// bounded). Not for releases in the background, which Close cuts short.
 	Caller bool
+	// Abandoned: the outcome stayed unknown and a clean-up runs in the
+	// background, which keeps the Releaser: a kind that recycles its release
+	// state must not recycle this one.
+	Abandoned bool
 }
 
 // ReleaseReply is what a round of a release script found.
@@ -121,5 +125,6 @@ func (r *Release) settle(k Releaser, reply ReleaseReply, t Ticket) (again bool, 
 }
 
 func (r *Release) abandon(k Releaser, err error) error {
+	r.Abandoned = true
 	return r.Hold.Abandon(r.Op, err, func(ctx context.Context) error { return k.Cleanup(ctx, r) })
 }

@@ -407,10 +407,11 @@ func (t *Turns) PassOn(name string, h *Hold) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.m[name]
-	if co == nil || co.hold != h || len(co.waiters) == 0 || !co.canPass(time.Now()) {
+	now := time.Now()
+	if co == nil || co.hold != h || len(co.waiters) == 0 || !co.canPass(now) {
 		return false
 	}
-	p := co.newPass(h)
+	p := co.newPass(h, now)
 	if p == nil {
 		return false
 	}
@@ -427,9 +428,9 @@ func (t *Turns) PassOn(name string, h *Hold) bool {
 // newPass takes the lock from h, at its last hold level, for a goroutine of
 // this Client, when nothing the Client knows puts the hold in doubt (see
 // trusted; a connection error since its last confirmation) and enough of its
-// lease is left (see margin); nil otherwise. The lock is in transit until a
-// new hold adopts it.
-func (co *cohort) newPass(h *Hold) *Pass {
+// lease is left (see margin) at now; nil otherwise. The lock is in transit
+// until a new hold adopts it.
+func (co *cohort) newPass(h *Hold, now time.Time) *Pass {
 	if !co.trusted(h) {
 		return nil
 	}
@@ -437,10 +438,10 @@ func (co *cohort) newPass(h *Hold) *Pass {
 	until := h.ValidUntil()
 	confirmed, epoch := h.Confirmed()
 	claim := h.Claim()
-	if !renewed || !confirmed || time.Until(until) < margin(lease, claim) {
+	if !renewed || !confirmed || until.Sub(now) < margin(lease, claim) {
 		return nil
 	}
-	p := &Pass{Owner: h.owner, Token: co.next, Lease: lease, Until: until, Epoch: epoch, Late: h.lateAttempts, Claim: claim, At: time.Now()}
+	p := &Pass{Owner: h.owner, Token: co.next, Lease: lease, Until: until, Epoch: epoch, Late: h.lateAttempts, Claim: claim, At: now}
 	if co.last != NoTokens {
 		co.next++
 	}

@@ -52,7 +52,7 @@ func (t *Turns) Park(k TurnLock, h *Hold) bool {
 		st.released = now
 		return false
 	}
-	p := co.newPass(h)
+	p := co.newPass(h, now)
 	if p == nil {
 		return false
 	}
@@ -61,7 +61,7 @@ func (t *Turns) Park(k TurnLock, h *Hold) bool {
 		gap = st.gap
 	}
 	co.parked, co.parkedBy, co.parkedAt = p, k, now
-	d := min(TurnLinger(linger, gap), time.Until(p.Until)-p.margin())
+	d := min(TurnLinger(linger, gap), p.Until.Sub(now)-p.margin())
 	co.parkTimer = t.after(d, func() { t.expire(k, p) })
 	return true
 }
@@ -92,8 +92,9 @@ func (t *Turns) Unpark(k TurnLock) *Pass {
 	co.parked, co.parkedBy, co.parkTimer = nil, nil, nil
 	co.unparked++
 	st := t.stat(name)
-	*st = relockStat{gap: NoteRelockGap(st.gap, time.Since(co.parkedAt))}
-	if !co.quiet() || p.Epoch != t.c.Epoch() || time.Until(p.Until) < p.margin() {
+	now := time.Now()
+	*st = relockStat{gap: NoteRelockGap(st.gap, now.Sub(co.parkedAt))}
+	if !co.quiet() || p.Epoch != t.c.Epoch() || p.Until.Sub(now) < p.margin() {
 		t.releaseParked(k, co, p)
 		return nil
 	}
