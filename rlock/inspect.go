@@ -46,12 +46,13 @@ type Holder struct {
 	// (the new holder's Client extends it with its next renewal). LeaseLeft
 	// is then at most the claim window; a holder whose Client does not
 	// extend it in time (paused, or stuck) loses the lock when it runs out.
-	// Redis records it for a Mutex holder and an RWMutex writer: the grant
-	// writes the claim's end into the hash and sets the hash to expire at
-	// exactly that time, and any lease set since moves the expiry past it.
-	// Always false for RWMutex readers and semaphore holders, whose grants
-	// record no more than their lease's end in a sorted set, so that a
-	// claim cannot be told from a lease there.
+	// Redis records it for every kind of holder. For a Mutex holder and an
+	// RWMutex writer, the grant writes the claim's end into the hash and
+	// sets the hash to expire at exactly that time, and any lease set since
+	// moves the expiry past it. For RWMutex readers and semaphore holders,
+	// whose leases are end times in a sorted set, the grant scores the
+	// claim's end less half a millisecond, and any lease set since a whole
+	// millisecond.
 	Claim bool
 }
 

@@ -2,12 +2,8 @@ package rlock_test
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
@@ -127,59 +123,25 @@ func TestInspectTokenAfterPassThroughRedis(t *testing.T) {
 	mustUnlockFT(t, m, r.lc)
 }
 
-// gatedClient holds back every script call sent in a DoMulti (the
-// watchdog's renewals and claim extensions) on a key that contains key until
-// open is closed; reached is closed when the first one arrives.
-type gatedClient struct {
-	rueidis.Client
-	key     string
-	once    sync.Once
-	reached chan struct{}
-	open    chan struct{}
-}
-
-func newGatedClient(rc rueidis.Client, key string) *gatedClient {
-	return &gatedClient{Client: rc, key: key, reached: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (c *gatedClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	for _, cmd := range cmds {
-		args := cmd.Commands()
-		if len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(strings.Join(args[3:], " "), c.key) {
-			c.once.Do(func() { close(c.reached) })
-			select {
-			case <-c.open:
-			case <-ctx.Done():
-				rs := make([]rueidis.RedisResult, len(cmds))
-				for i := range rs {
-					rs[i] = rueidis.NewErrorResult(ctx.Err())
-				}
-				return rs
-			}
-			break
-		}
-	}
-	return c.Client.DoMulti(ctx, cmds...)
-}
-
 // inspectClaimWindow is long enough that a claim held back at its extension
 // (due a third of the way in) is inspected well before it lapses.
 const inspectClaimWindow = 9 * time.Second
 
 // A lock handed to a waiter for its claim window inspects as a claim, with
 // the token granted, until the Client's extension runs; then as a hold of the
-// whole lease, same token. The same for an RWMutex writer.
+// whole lease, same token. The same for an RWMutex writer, and for an
+// RWMutex reader (whose claim its lease's score in the readers zset tells).
 func TestInspectClaimUntilExtended(t *testing.T) {
-	for _, kind := range []string{"mutex", "rw"} {
+	for _, kind := range []string{"mutex", "rw", "reader"} {
 		t.Run(kind, func(t *testing.T) {
 			e := ftNewEnv(t)
 			name := "inspect-claim-" + kind
-			gate := newGatedClient(redistest.Client(t, e.srv), e.lockKey(name))
+			gate := redistest.NewGate(redistest.Client(t, e.srv), e.lockKey(name))
 			holder, grantee := e.client(), e.clientOn(gate, rlock.WithClaimWindow(inspectClaimWindow))
 			lock, inspect := claimLock(t, e, kind, name, holder, grantee)
 			lc, tok := lock()
 			select {
-			case <-gate.reached:
+			case <-gate.Reached():
 			case <-time.After(ftPatience):
 				t.Fatal("the claim extension was never sent")
 			}
@@ -188,7 +150,7 @@ func TestInspectClaimUntilExtended(t *testing.T) {
 				t.Fatalf("before the extension: holder %+v; want Client %s, a claim of at most %v, token %d",
 					h, grantee.ID(), inspectClaimWindow, tok)
 			}
-			close(gate.open)
+			gate.Open()
 			e.eventually(ftPatience, "the claim inspected as extended", func() bool { return !inspect().Claim })
 			if h := inspect(); h.Token != tok || h.LeaseLeft <= inspectClaimWindow {
 				t.Errorf("after the extension: holder %+v; want token %d, the lease", h, tok)
@@ -201,8 +163,9 @@ func TestInspectClaimUntilExtended(t *testing.T) {
 }
 
 // claimLock sets up a hand-off from holder to a waiter of grantee on a lock of
-// kind: lock runs it and returns the grantee's lock context and token (the
-// hold is released at cleanup); inspect reads the holder (the writer).
+// kind (mutex; rw: an RWMutex writer; reader: an RWMutex reader, handed the
+// lock by a writer): lock runs it and returns the grantee's lock context and
+// token (the hold is released at cleanup); inspect reads the grantee's hold.
 func claimLock(t *testing.T, e *ftEnv, kind, name string, holder, grantee *rlock.Client) (
 	lock func() (context.Context, uint64), inspect func() rlock.Holder) {
 	if kind == "mutex" {
@@ -220,14 +183,20 @@ func claimLock(t *testing.T, e *ftEnv, kind, name string, holder, grantee *rlock
 				return h
 			}
 	}
-	rw := grantee.RWMutex(name)
+	rw, write := grantee.RWMutex(name), kind == "rw"
 	return func() (context.Context, uint64) {
 			held := rwLock(t, e.ctx, holder.RWMutex(name), true)
-			ch := rwLockAsync(e.ctx, rw, true)
+			ch := rwLockAsync(e.ctx, rw, write)
 			e.rwQueuedIs(name, 1)
 			rwUnlock(t, holder.RWMutex(name), held, true)
 			r := receiveLock(t, ch, ftPatience, "the grantee")
-			t.Cleanup(func() { _ = rw.Unlock(r.lc) })
+			t.Cleanup(func() {
+				if write {
+					_ = rw.Unlock(r.lc)
+				} else {
+					_ = rw.RUnlock(r.lc)
+				}
+			})
 			tok, err := rw.Token(r.lc)
 			if err != nil {
 				t.Fatal(err)
@@ -235,9 +204,16 @@ func claimLock(t *testing.T, e *ftEnv, kind, name string, holder, grantee *rlock
 			return r.lc, tok
 		}, func() rlock.Holder {
 			info, err := rw.Inspect(e.ctx)
-			if err != nil || info.Writer == nil {
-				t.Fatalf("Inspect: %+v, %v; want a writer", info, err)
+			if err != nil {
+				t.Fatalf("Inspect: %v", err)
 			}
-			return *info.Writer
+			if write && info.Writer != nil {
+				return *info.Writer
+			}
+			if !write && info.Writer == nil && len(info.Readers) == 1 {
+				return info.Readers[0]
+			}
+			t.Fatalf("Inspect: %+v; want the grantee's hold alone", info)
+			return rlock.Holder{}
 		}
 }

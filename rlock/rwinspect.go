@@ -18,8 +18,9 @@ type RWLockInfo struct {
 	// Writer is the write holder, nil when none; its Token is exact, and
 	// its Claim recorded (see Holder).
 	Writer *Holder
-	// Readers are the read holders (at most 1000 of them, Readers counts
-	// them all), each with its own lease and the token readers share.
+	// Readers are the read holders (at most 1000 of them, NumReaders counts
+	// them all), each with its own lease, its Claim, and the token readers
+	// share.
 	Readers    []Holder
 	NumReaders int
 	// Fence is the fencing counter: the last token issued (0 when it

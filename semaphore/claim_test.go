@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -203,4 +204,59 @@ func TestClaimWithLeaseSemaphore(t *testing.T) {
 		t.Errorf("the permit's lease has %v left right after the hand-off, want about its lease (%v)", left, lease)
 	}
 	mustRelease(t, waiter, r.ctx)
+}
+
+// inspectClaimWindow is long enough that a claim held back at its extension
+// (due a third of the way in) is inspected well before it lapses.
+const inspectClaimWindow = 9 * time.Second
+
+// TestInspectClaimUntilExtended: permits handed to a waiter for its claim
+// window inspect as a claim until its Client's extension (held back here at a
+// gate) runs; then as a hold of the whole lease.
+func TestInspectClaimUntilExtended(t *testing.T) {
+	e := newEnv(t)
+	const name = "inspect-claim"
+	gate := redistest.NewGate(redistest.Client(t, e.srv), e.base(name))
+	grantee, err := rlock.New(gate, rlock.WithKeyPrefix(e.prefix), rlock.WithClaimWindow(inspectClaimWindow))
+	if err != nil {
+		t.Fatalf("rlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = grantee.Close() })
+	holder, waiter := e.sem(e.client(), name, 1), e.sem(grantee, name, 1)
+	inspect := func() rlock.Holder {
+		t.Helper()
+		info, err := holder.Inspect(e.ctx)
+		if err != nil || len(info.Holders) != 1 {
+			t.Fatalf("Inspect: %+v, %v; want one holder", info, err)
+		}
+		return info.Holders[0]
+	}
+
+	held := mustAcquire(t, holder, e.ctx, 1)
+	if h := inspect(); h.Claim {
+		t.Errorf("an acquisition's permit: holder %+v; want no claim", h)
+	}
+	ch := goAcquire(waiter, e.ctx, 1)
+	waitFor(t, 5*time.Second, "the waiter queued", func() bool { return e.queueLen(name) == 1 })
+	mustRelease(t, holder, held)
+	r := receive(t, ch, prompt, "the waiter")
+	t.Cleanup(func() { _ = waiter.Release(r.ctx) })
+	select {
+	case <-gate.Reached():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim extension was never sent")
+	}
+	h := inspect()
+	if h.ClientID != grantee.ID() || !h.Claim || h.Count != 1 || h.LeaseLeft <= 0 || h.LeaseLeft > inspectClaimWindow {
+		t.Fatalf("before the extension: holder %+v; want Client %s, 1 permit, a claim of at most %v",
+			h, grantee.ID(), inspectClaimWindow)
+	}
+	gate.Open()
+	waitFor(t, 10*time.Second, "the claim inspected as extended", func() bool { return !inspect().Claim })
+	if h := inspect(); h.LeaseLeft <= inspectClaimWindow {
+		t.Errorf("after the extension: holder %+v; want the lease", h)
+	}
+	if err := context.Cause(r.ctx); err != nil {
+		t.Fatalf("the grantee's permit ended: %v", err)
+	}
 }

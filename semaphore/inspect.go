@@ -24,8 +24,9 @@ type Info struct {
 	Used int64
 	// Holders are the permit holders, by lease expiry (at most 1000;
 	// NumHolders counts them all): Owner is the permit id, Count the permits
-	// it holds, Token 0 (semaphores have no fencing token), Claim false (a
-	// semaphore does not record claims, see rlock.Holder).
+	// it holds, Token 0 (semaphores have no fencing token), Claim true for
+	// permits handed to a waiter for its claim window and not yet extended
+	// (see rlock.Holder).
 	Holders    []rlock.Holder
 	NumHolders int
 	// Queued counts the waiters; Waiters lists them from the head (at most

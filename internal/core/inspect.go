@@ -103,14 +103,15 @@ func ParseWaiters(nowUS int64, items []string) ([]Waiter, error) {
 	return ws, nil
 }
 
-// ParseExpiring reads {owner, expiry (server ms), count, ...} (readers of an
-// RWMutex, permit holders of a semaphore), each given token.
+// ParseExpiring reads {owner, expiry (server ms), count, claim ('1' or
+// '0'), ...} (readers of an RWMutex, permit holders of a semaphore, see
+// inspect_leases in queue_inspect_lib.lua), each given token.
 func ParseExpiring(nowUS int64, items []string, token uint64) ([]Holder, error) {
-	if len(items)%3 != 0 {
+	if len(items)%4 != 0 {
 		return nil, fmt.Errorf("unexpected holder list of %d items", len(items))
 	}
-	hs := make([]Holder, 0, len(items)/3)
-	for i := 0; i < len(items); i += 3 {
+	hs := make([]Holder, 0, len(items)/4)
+	for i := 0; i < len(items); i += 4 {
 		at, err := Int(items[i+1])
 		if err != nil {
 			return nil, err
@@ -120,7 +121,7 @@ func ParseExpiring(nowUS int64, items []string, token uint64) ([]Holder, error) 
 			return nil, err
 		}
 		hs = append(hs, Holder{Owner: items[i], ClientID: ClientOf(items[i]), Count: n, Token: token,
-			LeaseLeft: time.Duration(at*1000-nowUS) * time.Microsecond})
+			LeaseLeft: time.Duration(at*1000-nowUS) * time.Microsecond, Claim: items[i+3] == "1"})
 	}
 	return hs, nil
 }

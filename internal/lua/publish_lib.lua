@@ -142,6 +142,37 @@ local function lock_claimed(lock, at)
   return at ~= nil and string.format('%d', redis.call('PEXPIRETIME', lock)) == at
 end
 
+-- The holders of an RWMutex's read lock and of a semaphore's permits each
+-- have a lease of their own, kept in a zset: holder -> the end of its lease
+-- (server time, ms). A grant made for a claim window shorter than the lease
+-- (see queue_lib.lua's Claims) is scored half a millisecond before the
+-- claim's end; every other write of a lease (a grant of the whole lease, an
+-- extension, a renewal, a re-entry) a whole millisecond. So the hold is a
+-- claim not yet extended while its score has that half (lease_claimed), which
+-- the grant's own ZADD records at no cost: no further field to write or
+-- clear, and any lease set since overwrites it. Compared with the clock,
+-- which reads whole milliseconds, the score orders exactly as the claim's end
+-- would (score <= now just when the end is), so purges and renewals see the
+-- same lease; what computes with it (a wait, a key's expiry) takes lease_end.
+
+-- The score of a lease ending at at (whole ms); claimed for a claim's grant.
+local function lease_score(at, claimed)
+  if claimed then
+    return string.format('%.1f', at - 0.5)
+  end
+  return at
+end
+
+-- The end (whole ms) of a lease scored score (a number or a reply string).
+local function lease_end(score)
+  return math.ceil(tonumber(score))
+end
+
+-- Whether a lease scored score is a claim not yet extended.
+local function lease_claimed(score)
+  return tonumber(score) % 1 ~= 0
+end
+
 -- Leaves the tombstone of an owner field for ms milliseconds ('0': none), so
 -- that a late acquisition attempt of that field is refused.
 local function lock_bury(tombstone, ms)

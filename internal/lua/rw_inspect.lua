@@ -18,7 +18,9 @@
 --   queued   the number of entries in the queue
 --   writer   the writer hash's owner and token fields: {owner, count, 't',
 --            token}
---   readers  {owner, expiry (server time, ms), count, ...}
+--   readers  {owner, expiry (server time, ms), count, claim, ...}: claim
+--            '1' when the reader's hold is a claim not yet extended (see
+--            lease_score), else '0'
 --   waiters  {owner, arrival, deadline, lease, mode, ...} from the head: as
 --            in inspect.lua, mode 'r' or 'w' (the secret is not returned)
 --   nreaders the number of readers in the readers zset

@@ -9,7 +9,8 @@
 --           claim (see publish_lib.lua); expires with the writer's lease
 --   KEYS[2] readers zset: owner field -> lease expiry (server time, ms); each
 --           reader has its own lease, and expired readers are dropped by the
---           next script that looks (rw_reclaim)
+--           next script that looks (rw_reclaim); a reader granted for a claim
+--           window is scored so that it tells (see lease_score)
 --   KEYS[3] reader counts hash: owner field -> read hold count
 --   KEYS[4] queue zset, KEYS[5] waiter deadlines zset, KEYS[6] arrival
 --           counter: the wait queue (see queue_lib.lua); a waiter's entry
@@ -76,15 +77,17 @@ local function rw_reclaim(now)
   end
 end
 
--- Gives owner a read hold (count 1) with a lease of lease ms from now.
-local function rw_grant_reader(now, owner, lease)
+-- Gives owner a read hold (count 1) with a lease of lease ms from now;
+-- claimed for a grant of a claim window (see lease_score).
+local function rw_grant_reader(now, owner, lease, claimed)
   local at = now + tonumber(lease)
-  redis.call('ZADD', KEYS[2], at, owner)
+  redis.call('ZADD', KEYS[2], lease_score(at, claimed), owner)
   redis.call('HSET', KEYS[3], owner, 1)
   fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
 end
 
--- Sets the lease of owner's read hold afresh (it must hold).
+-- Sets the lease of owner's read hold afresh (it must hold): no claim any
+-- more.
 local function rw_renew_reader(now, owner, lease)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], 'XX', at, owner)
@@ -143,7 +146,7 @@ local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
     elseif i > 1 then
       queue_dequeue(rwq, batch[i])
     end
-    rw_grant_reader(k.now, o, t)
+    rw_grant_reader(k.now, o, t, t < l)
     if o ~= k.self then
       token = token or fence_now(KEYS[7], l)
       others[#others + 1] = o
@@ -203,7 +206,7 @@ local function rw_wait(now)
   end
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if first[1] then
-    local left = math.max(tonumber(first[2]) - now, 0)
+    local left = math.max(lease_end(first[2]) - now, 0)
     if not wait or left < wait then
       wait = left
     end

@@ -10,10 +10,11 @@
 --
 -- Returns an array with one entry per hold: 1 when the reader still held its
 -- read lock and its lease was extended, 0 when the hold is gone or its lease
--- already ran out (nothing is changed). The zset and hash are kept alive past
--- the new lease, and the fencing counter past it (fence_keep in
--- fence_lib.lua): readers share the last writer's token while any of them
--- holds.
+-- already ran out (nothing is changed). The new lease is a whole millisecond:
+-- a claim's grant renewed is one no more (see lease_score in publish_lib.lua).
+-- The zset and hash are kept alive past the new lease, and the fencing
+-- counter past it (fence_keep in fence_lib.lua): readers share the last
+-- writer's token while any of them holds.
 -- A refused command fails the batch before it changes anything, naming the
 -- command (see lock_denied in publish_lib.lua, prepended at build time;
 -- Redis < 7 cannot tell).

@@ -16,7 +16,9 @@
 --   limit    the limit ('' when none is set)
 --   used     the permits counted as held ('0' when unset)
 --   queued   the number of entries in the queue
---   holders  {permit id, lease expiry (server time, ms), permits, ...}
+--   holders  {permit id, lease expiry (server time, ms), permits, claim,
+--            ...}: claim '1' when the permits are a claim not yet extended
+--            (see lease_score), else '0'
 --   waiters  {permit id, arrival, deadline, lease, permits asked, ...} from
 --            the head, as in inspect.lua (the secret is not returned)
 --   nholders the number of permit ids in the permits zset

@@ -10,7 +10,9 @@
 --           SetLimit); pexp (the expiry, server time in ms, of the permits zset
 --           and counts hash whenever they exist); sexp (the state hash's own
 --           expiry; absent when the state is permanent)
---   KEYS[2] permits zset: permit id -> lease expiry (server time, ms)
+--   KEYS[2] permits zset: permit id -> lease expiry (server time, ms); a
+--           grant for a claim window is scored so that it tells (see
+--           lease_score)
 --   KEYS[3] counts hash: permit id -> permits it holds
 --   KEYS[4] queue zset, KEYS[5] waiter deadlines zset: the wait queue (see
 --           queue_lib.lua), whose arrival counter is the state hash's seq
@@ -98,10 +100,11 @@ local function sem_load()
   st.first = nil
 end
 
--- The highest score of a zset, or nil when it is empty.
+-- The highest score of a zset (a lease's end, see lease_end), or nil when it
+-- is empty.
 local function sem_last(key)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  return last and tonumber(last)
+  return last and lease_end(last)
 end
 
 -- Establishes limit (a decimal string) if no limit is set, marking it auto:
@@ -133,10 +136,11 @@ local function sem_keep_permits(at, created)
   redis.call('PEXPIREAT', KEYS[3], target)
 end
 
--- Gives id n permits with a lease ending at at.
-local function sem_take(id, n, at)
+-- Gives id n permits with a lease ending at at; claimed for a grant of a
+-- claim window (see lease_score).
+local function sem_take(id, n, at, claimed)
   local created = st.used <= 0 and not st.pinned
-  redis.call('ZADD', KEYS[2], at, id)
+  redis.call('ZADD', KEYS[2], lease_score(at, claimed), id)
   redis.call('HSET', KEYS[3], id, n)
   st.used = st.used + n
   sem_keep_permits(at, created)
@@ -170,7 +174,7 @@ local function sem_reclaim(now)
     st.first = nil
     return
   end
-  st.first = tonumber(first[2])
+  st.first = lease_end(first[2])
   if st.first > now then
     return
   end
@@ -182,7 +186,7 @@ local function sem_reclaim(now)
   end
   st.used = math.max(st.used, 0)
   first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
-  st.first = first and tonumber(first)
+  st.first = first and lease_end(first)
 end
 
 -- Whether the semaphore may grant at all, or what the head waiter (id, asking
@@ -207,14 +211,15 @@ local function sem_fits(k, id, ask)
   return n <= avail
 end
 
-local function sem_grant(k, _, arrival, _, _, _, secret)
+local function sem_grant(k, _, arrival, _, lease, ttl, secret)
+  k.claimed = ttl < lease
   return queue_proof(secret, arrival, k.n)
 end
 
 -- The permits are taken once the grant is heard: one no one heard took none.
 local function sem_settle(k, heard, id, ttl)
   if heard then
-    sem_take(id, k.n, k.now + ttl)
+    sem_take(id, k.n, k.now + ttl, k.claimed)
   end
   return true
 end

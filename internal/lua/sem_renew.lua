@@ -8,6 +8,8 @@
 --
 -- Returns an array with one entry per lease: 1 when the permit was still held
 -- and its lease was extended, 0 when it is gone or already expired (unchanged).
+-- The new lease is a whole millisecond: a claim's grant renewed is one no
+-- more (see lease_score in publish_lib.lua).
 -- The expiries of the lease's keys follow (see sem_lib.lua): the permits zset
 -- and counts hash outlive their last lease (pexp), and a state hash that
 -- expires at all outlives them by the idle bound (sexp); both are raised with
@@ -45,7 +47,7 @@ for i = 1, #KEYS / 3 do
       if not pexp then
         -- Unknown: never cut a longer lease short.
         local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')[2]
-        target = math.max(target, tonumber(last) + 1)
+        target = math.max(target, lease_end(last) + 1)
       end
       pexp = target
       redis.call('PEXPIREAT', permits, pexp)
