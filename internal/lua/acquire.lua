@@ -86,8 +86,10 @@ if ARGV[3] == '1' then
   return {1, 0, count, 0, 0}
 end
 
+-- Reads come first: a lock that is free with no one queued (the common case)
+-- has only its counter and hash to write, and checks only those.
 local denied = lock_denied(function(c)
-  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('HMGET', lock, 'f') and mutex_may(c, lock, q, fence)
+  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters, '0', '0')
 end)
 if denied then
   return denied
@@ -95,13 +97,34 @@ end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {-2}
 end
-local entry = queue_entry(owner, lease, ARGV[13], ARGV[10], '')
+local block = tonumber(ARGV[8])
 local wait = redis.call('PTTL', lock)
+local first = wait == -2 and queue_first(q)
+if first and not first[1] then
+  denied = lock_denied(function(c)
+    return c('TIME') and fence_may(c, fence) and c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+  end)
+  if denied then
+    return denied
+  end
+  local last = fence_tokens(fence, block, lease)
+  lock_hold(lock, owner, last - block + 1, lease, lease)
+  return {1, last - block + 1, 1, last, 0}
+end
+denied = lock_denied(function(c)
+  return c('HMGET', lock, 'f') and mutex_may(c, lock, q, fence)
+end)
+if denied then
+  return denied
+end
+local entry = queue_entry(owner, lease, ARGV[13], ARGV[10], '')
 if wait == -2 then
-  -- Free: ours unless others queued first; then it goes to the head (who
-  -- missed its hand-off, say because the last holder's lease ran out).
+  -- Free, but others queued first: it goes to the head (who missed its
+  -- hand-off, say because the last holder's lease ran out), or is ours if
+  -- we are the head.
   local _
-  wait, _, denied = mutex_handoff(lock, fence, q, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]))
+  wait, _, denied = mutex_handoff(lock, fence, q, ARGV[6], ARGV[7], ARGV[12], nil, entry, tonumber(ARGV[9]),
+    {queue_head(q, first)})
   if denied then
     return denied
   end
@@ -111,7 +134,6 @@ if wait == -2 then
       queue_dequeue(q, entry)
       left = redis.call('ZCARD', q.queue)
     end
-    local block = tonumber(ARGV[8])
     local last = fence_tokens(fence, block, lease)
     lock_hold(lock, owner, last - block + 1, lease, lease)
     return {1, last - block + 1, 1, last, left}

@@ -113,13 +113,21 @@ local function queue_dequeue(q, entry)
   redis.call('ZREM', q.waiters, entry)
 end
 
+-- The first entry of the waiters zset with its score ({} when no one waits):
+-- a read, which a script may make before its check of what it will write
+-- (see lock_denied) to learn whether it has a queue to serve at all.
+local function queue_first(q)
+  return redis.call('ZRANGE', q.waiters, 0, 0, 'WITHSCORES')
+end
+
 -- Returns the head entry after forgetting lapsed waiters (whose process
 -- stopped re-checking: their deadline passed), its arrival number
 -- and the QUEUE_CHASE entries behind it (the head once it leaves, and so on);
 -- nil when no one waits. Costs one command when no one waits (the clock is
--- read only when someone does).
-local function queue_head(q)
-  local first = redis.call('ZRANGE', q.waiters, 0, 0, 'WITHSCORES')
+-- read only when someone does); none when the caller has read first, the
+-- waiters zset's first entry with its score (queue_first).
+local function queue_head(q, first)
+  first = first or queue_first(q)
   if not first[1] then
     return nil
   end

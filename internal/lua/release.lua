@@ -63,9 +63,11 @@
 local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
 local q = {queue = KEYS[3], waiters = KEYS[4], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
+-- Reads come first: a level that is not the last, or a last one with no
+-- one queued and no successor (the common case), checks only what it writes.
 local denied = lock_denied(function(c)
-  return c('GET', latch) and c('SET', latch, '1', 'PX', '1') and
-    c('SET', KEYS[7], '1', 'PX', '1') and c('HGET', lock, 'f') and mutex_may(c, lock, q, fence)
+  return c('GET', latch) and c('HGET', lock, 'f') and c('ZRANGE', q.waiters, '0', '0') and
+    c('SET', latch, '1', 'PX', '1')
 end)
 if denied then
   return denied
@@ -89,6 +91,23 @@ if left <= 0 and not lock_may_publish(ARGV[3], ARGV[4]) then
   -- changes anything, rather than freed with no one told.
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
 end
+local first = left <= 0 and queue_first(q)
+if left <= 0 and (ARGV[8] ~= '' or first[1]) then
+  denied = lock_denied(function(c)
+    return c('SET', KEYS[7], '1', 'PX', '1') and mutex_may(c, lock, q, fence)
+  end)
+elseif left <= 0 then
+  denied = lock_denied(function(c)
+    return c('SET', KEYS[7], '1', 'PX', '1') and c('DEL', lock)
+  end)
+else
+  denied = lock_denied(function(c)
+    return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+  end)
+end
+if denied then
+  return denied
+end
 local block = tonumber(ARGV[7])
 local reply
 if left > 0 then
@@ -98,14 +117,15 @@ if left > 0 then
 elseif ARGV[8] == '' then
   lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
+  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block,
+    {queue_head(q, first)}))
   reply = '0'
 else
-  local head, arrival, behind = queue_head(q)
+  local head, arrival, behind = queue_head(q, first)
   if not head and ARGV[12] == '1' then
     lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block))
+    denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, {}))
     reply = '-4'
   elseif not head then
     local last = fence_tokens(fence, block, lease)
