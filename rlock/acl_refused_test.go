@@ -63,7 +63,7 @@ func TestACLRefusedLockLeavesNothing(t *testing.T) {
 		cmd       string
 		contended bool // another Client holds the lock: the Lock queues
 	}{
-		{"SET", false}, {"HSET", false}, {"TIME", false}, {"TIME", true}, {"INCRBY", false}, {"ZADD", true},
+		{"SET", false}, {"HSET", false}, {"TIME", false}, {"TIME", true}, {"PEXPIRE", false}, {"EXISTS", false}, {"ZADD", true},
 	} {
 		name := strings.ToLower(tc.cmd)
 		if tc.contended {

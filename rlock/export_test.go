@@ -89,3 +89,6 @@ func Holding(c *Client, name string) bool {
 
 // HoldCount returns how many holds of c are live.
 func HoldCount(c *Client) int { return c.c.HoldCount() }
+
+// TokenBlock is how many fencing tokens a contended acquisition reserves.
+const TokenBlock = tokenBlock

@@ -62,8 +62,13 @@ func TestHandoffInRelease(t *testing.T) {
 		t.Errorf("%d scripts ran from the release to the waiter's Lock returning, want 1 (the release)", n)
 	}
 	m := waiter.Mutex(name)
-	if tok, _ := m.Token(r.lc); tok != token+1 {
-		t.Errorf("handed-off hold has token %d, want %d", tok, token+1)
+	fence, err := e.raw.Do(e.ctx, e.raw.B().Get().Key(e.lockKey(name)+":fence").Build()).AsUint64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The hand-off reserved the block that ends at the counter.
+	if tok, _ := m.Token(r.lc); tok <= token || tok != fence-rlock.TokenBlock+1 {
+		t.Errorf("handed-off hold has token %d, want above %d, the first of the block that ends at the counter %d", tok, token, fence)
 	}
 	if n, err := m.HoldCount(r.lc); err != nil || n != 1 {
 		t.Errorf("HoldCount = %d, %v; want 1", n, err)

@@ -12,8 +12,12 @@ import (
 	"github.com/relockio/relock/internal/lua"
 )
 
-// unlockMessage is published when a lock becomes free and no one is queued in
-// Redis; the multiplexer reads it as a budget of one local waiter to wake. With
+// unlockMessage is published when a QuorumMutex's lock becomes free and no
+// one is queued in Redis, for its waiters, which listen on every master's
+// unlock channel; the multiplexer reads it as a budget of one local waiter to
+// wake. A Mutex's waiters queue in Redis (a Lock that found the lock taken
+// tries again, queued, once it listens), so its Unlock announces nothing
+// when no one is queued: one PUBLISH fewer on the uncontended path. With
 // a queue, the lock is handed to the head waiter, which is told by name:
 // "@" + owner + " " + grant (see parseGrant), and the waiter queued next is
 // told when that grant's claim window lapses: "@" + owner + " ~" + ms (see
@@ -177,6 +181,12 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 // tombstone of owner when the release frees it: an acquisition attempt of it
 // may still run late.
 func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next *core.Succession, bury bool) (releaseReply, error) {
+	return releaseScriptAnnouncing(ctx, c, k, owner, req, lease, next, bury, "")
+}
+
+// releaseScriptAnnouncing is releaseScript publishing message on the unlock
+// channel when the lock is freed with no one queued ("" for nothing).
+func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next *core.Succession, bury bool, message string) (releaseReply, error) {
 	entry, reserved := "", false
 	if next != nil {
 		entry = core.QueueEntry(next.Owner, c.Cfg.WatchdogTimeout, c.Cfg.ClaimWindow, next.Secret, "")
@@ -189,7 +199,7 @@ func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, re
 	resent := flag(req.sent)
 	req.sent = true
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
-		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, latchLifetime(c), tokenBlockArg,
+		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, message, latchLifetime(c), tokenBlockArg,
 			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err

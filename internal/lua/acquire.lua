@@ -86,21 +86,18 @@ if ARGV[3] == '1' then
   return {1, 0, count, 0, 0}
 end
 
--- Reads come first: a lock that is free with no one queued (the common case)
--- has only its counter and hash to write, and checks only those.
+-- Reads come first. One EXISTS tells the common case: the lock free, no one
+-- queued, no tombstone of this owner field; it has only its counter and hash
+-- to write, and checks only those.
 local denied = lock_denied(function(c)
-  return c('EXISTS', KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters, '0', '0')
+  return c('EXISTS', lock, q.waiters, KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters, '0', '0')
 end)
 if denied then
   return denied
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {-2}
-end
 local block = tonumber(ARGV[8])
-local wait = redis.call('PTTL', lock)
-local first = wait == -2 and queue_first(q)
-if first and not first[1] then
+local found = redis.call('EXISTS', lock, q.waiters, KEYS[3])
+if found == 0 then
   denied = lock_denied(function(c)
     return c('TIME') and fence_may(c, fence) and c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1')
   end)
@@ -110,6 +107,12 @@ if first and not first[1] then
   local last = fence_tokens(fence, block, lease)
   lock_hold(lock, owner, last - block + 1, lease, lease)
   return {1, last - block + 1, 1, last, 0}
+end
+local wait = redis.call('PTTL', lock)
+local first = queue_first(q)
+-- What the EXISTS found beyond the lock and the queue is the tombstone.
+if found > (wait == -2 and 0 or 1) + (first[1] and 1 or 0) then
+  return {-2}
 end
 denied = lock_denied(function(c)
   return c('HMGET', lock, 'f') and mutex_may(c, lock, q, fence)

@@ -4,13 +4,15 @@
 -- only and touches no key.
 --
 -- Tokens rise strictly per lock name although the counter does not live for
--- ever. A missing counter (a new lock, one idle long enough for its counter
--- to expire, or a Redis that restarted without persistence) starts from the
--- server clock in microseconds. The counter runs ahead of that clock only
--- while tokens are reserved faster than one per microsecond over its life (a
--- contended acquisition reserves a block of 65): by the tokens reserved since
--- it was created less the microseconds elapsed since, usually a negative
--- number. Each reservation therefore sets the counter to expire at the later
+-- ever. A reservation of a block of tokens starts above both the counter and
+-- the server clock in microseconds: a missing counter (a new lock, one idle
+-- long enough for its counter to expire, or a Redis that restarted without
+-- persistence) starts from that clock, and so, at no extra cost, does every
+-- reservation that finds the clock ahead of the counter (an uncontended
+-- lock's). The counter runs ahead of the clock only while blocks are reserved
+-- faster than their size in microseconds (a contended acquisition reserves a
+-- block of 65), and by no more than the blocks reserved since it last fell
+-- behind. Each reservation therefore sets the counter to expire at the later
 -- of now and the time its value stands for (value / 1000 ms), plus the hold's
 -- lease (FENCE_KEEP_MS at least): a counter ahead of the clock lives until
 -- the clock has passed it, and one still needed by a holder (readers share
@@ -18,13 +20,13 @@
 -- a key only once its clock passed the expiry, so a counter created afresh,
 -- from a clock at least the keep time past the old counter's value (less the
 -- moments between the expiry check and this script's TIME), starts above
--- every token of the one before. The expiry is absolute (PEXPIREAT), read by
--- replicas and the AOF as written: after a failover the new primary deletes
--- the counter by its own clock and restarts it from that same clock, which is
--- safe while that clock does not lag the old primary's by more than the keep
--- time. Nothing here survives a server clock stepped back by more than that,
--- or writes lost by asynchronous replication (see WithReplicaAck). Tokens
--- stay below 2^53, exact as Lua numbers, until about the year 2250.
+-- every token of the one before. The expiry is absolute (PXAT, PEXPIREAT),
+-- read by replicas and the AOF as written: after a failover the new primary
+-- deletes the counter by its own clock and restarts it from that same clock,
+-- which is safe while that clock does not lag the old primary's by more than
+-- the keep time. Nothing here survives a server clock stepped back by more
+-- than that, or writes lost by asynchronous replication (see WithReplicaAck).
+-- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
 
 -- The shortest time (ms) the counter is kept past its last token or holder:
 -- the margin for a failover to a replica whose clock lags (rw_renew.lua
@@ -35,22 +37,25 @@ local FENCE_KEEP_MS = 1000
 -- lock_denied), TIME aside (every caller checks it) and fence_keep's PTTL
 -- (only its callers check it).
 local function fence_may(c, fence)
-  return c('GET', fence) and c('INCRBY', fence, '1') and c('SET', fence, '1') and c('PEXPIREAT', fence, '1')
+  return c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET') and c('PEXPIREAT', fence, '1')
+end
+
+-- When a counter whose value is last must expire at the earliest: see above.
+local function fence_expiry(last, keep)
+  return string.format('%d', math.max(clock_ms, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS))
 end
 
 -- Reserves a block of tokens and returns the last one. keep is the lease (ms)
--- of the hold that takes them.
+-- of the hold that takes them. One SET when the clock is ahead of the
+-- counter (it reads the counter as it writes), two when it is not.
 local function fence_tokens(fence, block, keep)
   now_ms() -- the clock is read before any write, and once per script
-  local last = redis.call('INCRBY', fence, block)
-  if last == block then
-    -- INCRBY made the counter from nothing (no counter starts from 0): it
-    -- restarts from the clock in the same script, before anyone reads it.
-    last = clock_us + block
-    redis.call('SET', fence, string.format('%d', last))
+  local last = clock_us + block
+  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep), 'GET'))
+  if before and before > clock_us then
+    last = before + block
+    redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))
   end
-  local at = math.max(clock_ms, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS)
-  redis.call('PEXPIREAT', fence, string.format('%d', at))
   return last
 end
 

@@ -24,7 +24,7 @@
 -- ARGV[2]  lease in milliseconds, re-set while holds remain (or the lock is kept)
 -- ARGV[3]  publish command: PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua)
 -- ARGV[4]  unlock channel
--- ARGV[5]  unlock message for listeners when no one is queued
+-- ARGV[5]  unlock message for listeners when no one is queued, or '' for none
 -- ARGV[6]  latch lifetime in milliseconds
 -- ARGV[7]  fencing tokens to reserve for a waiter handed the lock (or kept)
 -- ARGV[8]  successor's queue entry (see queue_lib.lua), or '' for none
@@ -86,7 +86,10 @@ if not count then
   return {-1}
 end
 local left = tonumber(count) - 1
-if left <= 0 and not lock_may_publish(ARGV[3], ARGV[4]) then
+-- The message announcing a free lock when no one is queued, if any
+-- (QuorumMutex waiters listen for it; a Mutex's waiters queue).
+local message = ARGV[5] ~= '' and ARGV[5] or nil
+if left <= 0 and message and not lock_may_publish(ARGV[3], ARGV[4]) then
   -- The final level announces the lock or hands it on: refused before it
   -- changes anything, rather than freed with no one told.
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
@@ -117,7 +120,7 @@ if left > 0 then
 elseif ARGV[8] == '' then
   lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block,
+  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block,
     {queue_head(q, first)}))
   reply = '0'
 else
@@ -125,7 +128,7 @@ else
   if not head and ARGV[12] == '1' then
     lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, {}))
+    denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block, {}))
     reply = '-4'
   elseif not head then
     local last = fence_tokens(fence, block, lease)
@@ -144,7 +147,7 @@ else
       behind[#behind + 1] = ARGV[8]
     end
     local granted, last
-    granted, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], ARGV[5], nil, block, {head, arrival, behind})
+    granted, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block, {head, arrival, behind})
     -- The successor re-checks when the grant lapses (at once when none was
     -- made), as the reply tells its Client.
     local _, successor_lease = queue_parse(ARGV[8])
