@@ -138,7 +138,7 @@ if wait == -2 then
       left = redis.call('ZCARD', q.queue)
     end
     local last = fence_tokens(fence, block, lease)
-    lock_hold(lock, owner, last - block + 1, lease, lease)
+    lock_hold(lock, owner, last - block + 1, lease, lease, left > 0)
     return {1, last - block + 1, 1, last, left}
   end
 else
@@ -159,5 +159,7 @@ if ARGV[4] == '1' then
     recheck = math.min(wait, recheck)
   end
   queue_enqueue(q, entry, recheck, nil, 'blind')
+  -- The hash exists: it is held (PTTL), or was just handed to the head.
+  redis.call('HSET', lock, LOCK_QUEUED, 1)
 end
 return {0, wait, fence_seen(fence)}

@@ -28,9 +28,9 @@ end
 -- (the hash records the first, and the claim: see lock_hold).
 local function mutex_grant(k, _, arrival, owner, lease, ttl, secret)
   k.last = fence_tokens(k.fence, k.block, lease)
-  local first = k.last - k.block + 1
-  lock_hold(k.lock, owner, first, ttl, lease)
-  return queue_proof(secret, arrival, first, k.last, redis.call('ZCARD', k.q.queue))
+  local first, behind = k.last - k.block + 1, redis.call('ZCARD', k.q.queue)
+  lock_hold(k.lock, owner, first, ttl, lease, behind > 0)
+  return queue_proof(secret, arrival, first, k.last, behind)
 end
 
 -- One grant is heard, and the lock is the head's; one no one heard is undone

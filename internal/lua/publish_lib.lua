@@ -111,8 +111,14 @@ end
 --               exactly; any lease set since (an extension, a renewal, a
 --               re-entry) moved the expiry past it, so the hold is a claim
 --               not yet extended while the two are equal (see lock_claimed)
--- Both go with the hash when the holder releases (the hash is deleted).
-local LOCK_TOKEN, LOCK_CLAIM = 't', 'c'
+--   LOCK_QUEUED only in a Mutex's hash: someone may be queued for the lock,
+--               written by a waiter as it queues and by a hand-off that leaves
+--               others queued; the holder's final release looks at the queue
+--               only when it is there, so that an uncontended Unlock reads
+--               one hash field and no queue. One left after its waiter went
+--               costs that release a look at an empty queue.
+-- All go with the hash when the holder releases (the hash is deleted).
+local LOCK_TOKEN, LOCK_CLAIM, LOCK_QUEUED = 't', 'c', 'q'
 
 -- Whether a field of a lock hash is an owner field.
 local function lock_owner(field)
@@ -123,15 +129,20 @@ end
 -- LOCK_TOKEN) with token, for ttl ms of its lease of lease ms: one HSET and
 -- one expiry. A grant for a claim window (ttl < lease) expires at a time the
 -- hash records (LOCK_CLAIM). The caller's ACL check covers HSET, PEXPIRE and
--- PEXPIREAT on lock.
-local function lock_hold(lock, owner, token, ttl, lease)
+-- PEXPIREAT on lock. queued: others wait (see LOCK_QUEUED).
+local function lock_hold(lock, owner, token, ttl, lease, queued)
   ttl, token = tonumber(ttl), string.format('%d', token)
+  local fields = {owner, 1, LOCK_TOKEN, token}
+  if queued then
+    fields[5], fields[6] = LOCK_QUEUED, 1
+  end
   if ttl < tonumber(lease) then
     local at = string.format('%d', now_ms() + ttl)
-    redis.call('HSET', lock, owner, 1, LOCK_TOKEN, token, LOCK_CLAIM, at)
+    fields[#fields + 1], fields[#fields + 2] = LOCK_CLAIM, at
+    redis.call('HSET', lock, unpack(fields))
     redis.call('PEXPIREAT', lock, at)
   else
-    redis.call('HSET', lock, owner, 1, LOCK_TOKEN, token)
+    redis.call('HSET', lock, unpack(fields))
     redis.call('PEXPIRE', lock, ttl)
   end
 end

@@ -66,7 +66,7 @@ local owner, lease = ARGV[1], ARGV[2]
 -- Reads come first: a level that is not the last, or a last one with no
 -- one queued and no successor (the common case), checks only what it writes.
 local denied = lock_denied(function(c)
-  return c('GET', latch) and c('HGET', lock, 'f') and c('ZRANGE', q.waiters, '0', '0') and
+  return c('GET', latch) and c('HMGET', lock, 'f') and c('ZRANGE', q.waiters, '0', '0') and
     c('SET', latch, '1', 'PX', '1')
 end)
 if denied then
@@ -81,7 +81,7 @@ if done then
   end
   return reply
 end
-local count = redis.call('HGET', lock, owner)
+local count, queued = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED))
 if not count then
   return {-1}
 end
@@ -94,7 +94,8 @@ if left <= 0 and message and not lock_may_publish(ARGV[3], ARGV[4]) then
   -- changes anything, rather than freed with no one told.
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
 end
-local first = left <= 0 and queue_first(q)
+-- The first waiter, read only when someone may be queued (LOCK_QUEUED).
+local first = left <= 0 and (queued and queue_first(q) or {})
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
     return c('SET', KEYS[7], '1', 'PX', '1') and mutex_may(c, lock, q, fence)
