@@ -108,10 +108,11 @@ func (m *Mutex) observedLock(ctx context.Context, op string, wait bool, opts []L
 // against a holder that outlived its lease. It fails with ErrNotHeld when lockCtx holds
 // no hold of the lock (a hold that ended still reports its token).
 //
-// Tokens are not consecutive. A lock's counter starts from Redis's clock in
-// microseconds, so that a Redis restarted without persistence, which loses the
-// counter, still issues tokens above those issued before (as long as its clock
-// did not go back); and a holder reserves a few at a time to pass the lock to
+// Tokens are not consecutive. Redis issues them from its clock in
+// microseconds, or above the lock's counter when that is ahead of the clock,
+// so that a Redis restarted without persistence, which loses the counter,
+// still issues tokens above those issued before (as long as its clock did not
+// go back); and a holder reserves a few at a time to pass the lock to
 // goroutines of its own Client. The counter expires when the lock is idle
 // (one lease after its last token, and never before the clock has passed its
 // value), and the next acquisition's token, from the clock, is above every
