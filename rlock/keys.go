@@ -1,6 +1,10 @@
 package rlock
 
-import "github.com/relockio/relock/internal/core"
+import (
+	"strings"
+
+	"github.com/relockio/relock/internal/core"
+)
 
 // MaxNameLength is the longest lock name accepted, in bytes.
 const MaxNameLength = core.MaxNameLength
@@ -21,18 +25,40 @@ type keys struct {
 	grantPrefix string
 }
 
+// keySuffixes are what each key of a lock adds to its base, in the order
+// newKeys lays them out.
+var keySuffixes = [...]string{"", ":fence", ":queue", ":waiters", ":seq", ":unlock", ":to:"}
+
+// newKeys names the keys of the lock name for the Client clientID. A Mutex is
+// often made for one Lock (a lock per entity), so they are cut from one
+// string: one allocation where there would be eight.
 func newKeys(prefix, name, clientID string) keys {
 	base := core.Base(prefix, name)
-	return keys{
-		grants:      core.GrantChannel(base, clientID),
-		grantPrefix: core.GrantChannelPrefix(base),
-		lock:        base,
-		fence:       base + ":fence",
-		queue:       base + ":queue",
-		waiters:     base + ":waiters",
-		seq:         base + ":seq",
-		channel:     base + ":unlock",
+	n := len(base)*(len(keySuffixes)+1) + len(clientID) + len(":to:")
+	for _, s := range keySuffixes {
+		n += len(s)
 	}
+	var b strings.Builder
+	b.Grow(n)
+	cut := func(suffix ...string) string {
+		start := b.Len()
+		b.WriteString(base)
+		for _, s := range suffix {
+			b.WriteString(s)
+		}
+		return b.String()[start:]
+	}
+	k := keys{
+		lock:        cut(),
+		fence:       cut(keySuffixes[1]),
+		queue:       cut(keySuffixes[2]),
+		waiters:     cut(keySuffixes[3]),
+		seq:         cut(keySuffixes[4]),
+		channel:     cut(keySuffixes[5]),
+		grantPrefix: cut(keySuffixes[6]),
+		grants:      cut(keySuffixes[6], clientID),
+	}
+	return k
 }
 
 // latch is the result key of one release request (see release.lua).
