@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,15 +15,19 @@ import (
 	"github.com/relockio/relock/rlock"
 )
 
-// lateRenewClient runs every command, but holds back the reply of the first
-// script call sent in a DoMulti (the watchdog's renewals and claim
-// extensions) on a key that contains key once armed, until the caller's context ends: the
-// script ran in Redis, its reply came too late.
+// lateRenewClient runs every command, but, while armed, holds back the reply
+// of every script call sent in a DoMulti (the watchdog's renewals and claim
+// extensions) on a key that contains key, until the caller's context ends:
+// the scripts ran in Redis, their replies came too late. Every one, not only
+// the first: a retry of the extension answered in time would (rightly) keep
+// the hold, and whether it comes before the hold's expiry timer fires is a
+// matter of scheduling on a loaded machine.
 type lateRenewClient struct {
 	rueidis.Client
 	key   string
 	armed atomic.Bool
-	ran   chan struct{} // closed once the held-back script ran
+	ran   chan struct{} // closed once the first held-back script ran
+	once  sync.Once
 }
 
 func newLateRenewClient(rc rueidis.Client, key string) *lateRenewClient {
@@ -40,10 +45,10 @@ func (c *lateRenewClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed
 		}
 	}
 	rs := c.Client.DoMulti(ctx, cmds...)
-	if !hold || rs[0].Error() != nil || !c.armed.CompareAndSwap(true, false) {
+	if !hold || rs[0].Error() != nil || !c.armed.Load() {
 		return rs
 	}
-	close(c.ran)
+	c.once.Do(func() { close(c.ran) })
 	<-ctx.Done()
 	for i := range rs {
 		rs[i] = rueidis.NewErrorResult(ctx.Err())
