@@ -33,7 +33,7 @@ local lock, owner, q = KEYS[1], ARGV[1], {queue = KEYS[3], waiters = KEYS[4]}
 -- could not be told is not handed the lock: see mutex_handoff. The owner
 -- field is given up all the same.)
 local denied = lock_denied(function(c)
-  return c('SET', KEYS[2], '1', 'PX', '1') and c('HDEL', lock, 'f') and
+  return c('SET', KEYS[2]) and c('HDEL', lock) and
     c('EXISTS', lock) and mutex_may(c, lock, q, KEYS[5])
 end)
 if denied then

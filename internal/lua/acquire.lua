@@ -63,8 +63,8 @@ local owner, lease = ARGV[1], ARGV[2]
 
 if ARGV[3] == '1' then
   local denied = lock_denied(function(c)
-    return c('GET', KEYS[7]) and c('SET', KEYS[7], '1', 'PX', '1') and
-      c('HEXISTS', lock, 'f') and c('HINCRBY', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+    return c('GET', KEYS[7]) and c('SET', KEYS[7]) and
+      c('HEXISTS', lock) and c('HINCRBY', lock) and c('PEXPIRE', lock)
   end)
   if denied then
     return denied
@@ -90,7 +90,7 @@ end
 -- queued, no tombstone of this owner field; it has only its counter and hash
 -- to write, and checks only those.
 local denied = lock_denied(function(c)
-  return c('EXISTS', lock, q.waiters, KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters, '0', '0')
+  return c('EXISTS', lock, q.waiters, KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters)
 end)
 if denied then
   return denied
@@ -99,7 +99,7 @@ local block = tonumber(ARGV[8])
 local found = redis.call('EXISTS', lock, q.waiters, KEYS[3])
 if found == 0 then
   denied = lock_denied(function(c)
-    return c('TIME') and fence_may(c, fence) and c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+    return c('TIME') and fence_may(c, fence) and c('HSET', lock) and c('PEXPIRE', lock)
   end)
   if denied then
     return denied
@@ -115,7 +115,7 @@ if found > (wait == -2 and 0 or 1) + (first[1] and 1 or 0) then
   return {-2}
 end
 denied = lock_denied(function(c)
-  return c('HMGET', lock, 'f') and mutex_may(c, lock, q, fence)
+  return c('HMGET', lock) and mutex_may(c, lock, q, fence)
 end)
 if denied then
   return denied

@@ -37,7 +37,7 @@ local FENCE_KEEP_MS = 1000
 -- lock_denied), TIME aside (every caller checks it) and fence_keep's PTTL
 -- (only its callers check it).
 local function fence_may(c, fence)
-  return c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET') and c('PEXPIREAT', fence, '1')
+  return c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET') and c('PEXPIREAT', fence)
 end
 
 -- When a counter whose value is last must expire at the earliest: see above.

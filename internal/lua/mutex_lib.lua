@@ -19,7 +19,7 @@
 -- commands each script runs on the lock hash, its check before its first
 -- write (see lock_denied).
 local function mutex_may(c, lock, q, fence)
-  return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1') and c('PEXPIREAT', lock, '1') and
+  return c('HSET', lock) and c('PEXPIRE', lock) and c('PEXPIREAT', lock) and
     c('DEL', lock) and queue_may(c, q) and fence_may(c, fence)
 end
 

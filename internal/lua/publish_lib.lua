@@ -72,7 +72,10 @@ end
 -- naming the command refused. check chains calls c(cmd, key, args...) with
 -- 'and'; c is redis.acl_check_cmd itself, so that the check costs the
 -- scripts little on every call, and lock_may only when it fails, to name
--- the command.
+-- the command. A command is checked with its key alone (each argument costs
+-- the check a string; 28 checks take half the time so): what a key spec
+-- grants (read, write) is fixed by the command for every command the scripts
+-- run but SET, which reads with GET, so a SET ... GET is checked with GET.
 local function lock_denied(check)
   if not lock_acl or check(lock_acl) then
     return nil

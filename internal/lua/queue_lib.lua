@@ -78,12 +78,12 @@ end
 -- lock_denied).
 local function queue_may(c, q)
   local ok = c('TIME') and
-    c('ZRANGE', q.queue, '0', '0') and c('ZSCORE', q.queue, 'm') and c('ZADD', q.queue, '1', 'm') and
-    c('ZREM', q.queue, 'm') and c('ZCARD', q.queue) and c('PEXPIREAT', q.queue, '1') and
-    c('ZRANGE', q.waiters, '0', '0') and c('ZRANGEBYSCORE', q.waiters, '0', '0') and
-    c('ZSCORE', q.waiters, 'm') and c('ZADD', q.waiters, '1', 'm') and c('ZREM', q.waiters, 'm') and
-    c('PEXPIREAT', q.waiters, '1')
-  return ok and (not q.seq or c('SET', q.seq, '1', 'GET') and c('PEXPIREAT', q.seq, '1'))
+    c('ZRANGE', q.queue) and c('ZSCORE', q.queue) and c('ZADD', q.queue) and
+    c('ZREM', q.queue) and c('ZCARD', q.queue) and c('PEXPIREAT', q.queue) and
+    c('ZRANGE', q.waiters) and c('ZRANGEBYSCORE', q.waiters) and
+    c('ZSCORE', q.waiters) and c('ZADD', q.waiters) and c('ZREM', q.waiters) and
+    c('PEXPIREAT', q.waiters)
+  return ok and (not q.seq or c('SET', q.seq, '1', 'GET') and c('PEXPIREAT', q.seq))
 end
 
 local function queue_entry(owner, lease, claim, secret, ask)

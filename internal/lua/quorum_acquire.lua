@@ -24,8 +24,8 @@
 --                        (named in the error): nothing changed
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
 local denied = lock_denied(function(c)
-  return c('EXISTS', KEYS[2]) and c('PTTL', lock) and c('HSET', lock, 'f', '1') and
-    c('PEXPIRE', lock, '1') and c('HEXISTS', lock, 'f') and c('HKEYS', lock)
+  return c('EXISTS', KEYS[2]) and c('PTTL', lock) and c('HSET', lock) and
+    c('PEXPIRE', lock) and c('HEXISTS', lock) and c('HKEYS', lock)
 end)
 if denied then
   return denied

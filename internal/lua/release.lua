@@ -66,8 +66,8 @@ local owner, lease = ARGV[1], ARGV[2]
 -- Reads come first: a level that is not the last, or a last one with no
 -- one queued and no successor (the common case), checks only what it writes.
 local denied = lock_denied(function(c)
-  return c('GET', latch) and c('HMGET', lock, 'f') and c('ZRANGE', q.waiters, '0', '0') and
-    c('SET', latch, '1', 'PX', '1')
+  return c('GET', latch) and c('HMGET', lock) and c('ZRANGE', q.waiters) and
+    c('SET', latch)
 end)
 if denied then
   return denied
@@ -98,15 +98,15 @@ end
 local first = left <= 0 and (queued and queue_first(q) or {})
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7], '1', 'PX', '1') and mutex_may(c, lock, q, fence)
+    return c('SET', KEYS[7]) and mutex_may(c, lock, q, fence)
   end)
 elseif left <= 0 then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7], '1', 'PX', '1') and c('DEL', lock)
+    return c('SET', KEYS[7]) and c('DEL', lock)
   end)
 else
   denied = lock_denied(function(c)
-    return c('HSET', lock, 'f', '1') and c('PEXPIRE', lock, '1')
+    return c('HSET', lock) and c('PEXPIRE', lock)
   end)
 end
 if denied then

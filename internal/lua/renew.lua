@@ -14,7 +14,7 @@ local lease = ARGV[1]
 local denied = lock_denied(function(c)
   local ok = true
   for _, lock in ipairs(KEYS) do
-    ok = ok and c('HEXISTS', lock, 'f') and c('PEXPIRE', lock, '1')
+    ok = ok and c('HEXISTS', lock) and c('PEXPIRE', lock)
   end
   return ok
 end)

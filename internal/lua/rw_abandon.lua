@@ -25,7 +25,7 @@
 -- up all the same.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local denied = lock_denied(function(c)
-  return rw_may(c) and c('SET', KEYS[8], '1', 'PX', '1')
+  return rw_may(c) and c('SET', KEYS[8])
 end)
 if denied then
   return denied

@@ -51,7 +51,7 @@ local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local publish, readch, grants = ARGV[7], ARGV[8], ARGV[9]
 local denied = lock_denied(function(c)
   return rw_may(c) and c('EXISTS', KEYS[8]) and c('GET', KEYS[9]) and
-    c('SET', KEYS[9], '1', 'PX', '1')
+    c('SET', KEYS[9])
 end)
 if denied then
   return denied

@@ -54,13 +54,13 @@ local rwq = {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
 -- write (see lock_denied).
 local function rw_may(c)
   local w, r, n = KEYS[1], KEYS[2], KEYS[3]
-  return c('PTTL', w) and c('EXISTS', w) and c('HGET', w, 'f') and c('HMGET', w, 'f') and
-    c('HEXISTS', w, 'f') and c('HSET', w, 'f', '1') and c('HINCRBY', w, 'f', '1') and
-    c('PEXPIRE', w, '1') and c('PEXPIREAT', w, '1') and c('DEL', w) and
-    c('ZRANGE', r, '0', '0') and c('ZRANGEBYSCORE', r, '0', '0') and c('ZADD', r, '1', 'm') and
-    c('ZREM', r, 'm') and c('ZCARD', r) and c('PTTL', r) and c('PEXPIREAT', r, '1') and
-    c('HGET', n, 'f') and c('HEXISTS', n, 'f') and c('HSET', n, 'f', '1') and
-    c('HINCRBY', n, 'f', '1') and c('HDEL', n, 'f') and c('PTTL', n) and c('PEXPIREAT', n, '1') and
+  return c('PTTL', w) and c('EXISTS', w) and c('HGET', w) and c('HMGET', w) and
+    c('HEXISTS', w) and c('HSET', w) and c('HINCRBY', w) and
+    c('PEXPIRE', w) and c('PEXPIREAT', w) and c('DEL', w) and
+    c('ZRANGE', r) and c('ZRANGEBYSCORE', r) and c('ZADD', r) and
+    c('ZREM', r) and c('ZCARD', r) and c('PTTL', r) and c('PEXPIREAT', r) and
+    c('HGET', n) and c('HEXISTS', n) and c('HSET', n) and
+    c('HINCRBY', n) and c('HDEL', n) and c('PTTL', n) and c('PEXPIREAT', n) and
     queue_may(c, rwq) and fence_may(c, KEYS[7]) and c('PTTL', KEYS[7])
 end
 

@@ -27,8 +27,8 @@
 -- not handed on.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local denied = lock_denied(function(c)
-  return rw_may(c) and c('GET', KEYS[8]) and c('SET', KEYS[8], '1', 'PX', '1') and
-    c('SET', KEYS[9], '1', 'PX', '1')
+  return rw_may(c) and c('GET', KEYS[8]) and c('SET', KEYS[8]) and
+    c('SET', KEYS[9])
 end)
 if denied then
   return denied

@@ -22,8 +22,8 @@ local denied = lock_denied(function(c)
   local ok = c('TIME')
   for i = 1, #KEYS / 3 do
     local r, n, f = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-    ok = ok and c('ZSCORE', r, 'm') and c('ZADD', r, '1', 'm') and c('PTTL', r) and c('PEXPIREAT', r, '1') and
-      c('HEXISTS', n, 'f') and c('PTTL', n) and c('PEXPIREAT', n, '1') and c('PTTL', f) and c('PEXPIREAT', f, '1')
+    ok = ok and c('ZSCORE', r) and c('ZADD', r) and c('PTTL', r) and c('PEXPIREAT', r) and
+      c('HEXISTS', n) and c('PTTL', n) and c('PEXPIREAT', n) and c('PTTL', f) and c('PEXPIREAT', f)
   end
   return ok
 end)

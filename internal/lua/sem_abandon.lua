@@ -16,7 +16,7 @@ local id = ARGV[1]
 -- (A grant that could not be announced is not made, see sem_handoff; the id
 -- is given up all the same.)
 local denied = lock_denied(function(c)
-  return sem_may(c) and c('SET', KEYS[6], '1', 'PX', '1')
+  return sem_may(c) and c('SET', KEYS[6])
 end)
 if denied then
   return denied

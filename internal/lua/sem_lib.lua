@@ -69,12 +69,12 @@ local semq = {queue = KEYS[4], waiters = KEYS[5]}
 -- write (see lock_denied).
 local function sem_may(c)
   local st_key, permits, counts = KEYS[1], KEYS[2], KEYS[3]
-  return c('HMGET', st_key, 'f') and c('HSET', st_key, 'f', '1') and c('HDEL', st_key, 'f') and
-    c('HINCRBY', st_key, 'f', '1') and c('PEXPIREAT', st_key, '1') and c('PERSIST', st_key) and
-    c('ZRANGE', permits, '0', '0') and c('ZRANGEBYSCORE', permits, '0', '0') and c('ZSCORE', permits, 'm') and
-    c('ZADD', permits, '1', 'm') and c('ZREM', permits, 'm') and c('PEXPIREAT', permits, '1') and
-    c('HGET', counts, 'f') and c('HSET', counts, 'f', '1') and c('HDEL', counts, 'f') and c('DEL', counts) and
-    c('PEXPIREAT', counts, '1') and queue_may(c, semq)
+  return c('HMGET', st_key) and c('HSET', st_key) and c('HDEL', st_key) and
+    c('HINCRBY', st_key) and c('PEXPIREAT', st_key) and c('PERSIST', st_key) and
+    c('ZRANGE', permits) and c('ZRANGEBYSCORE', permits) and c('ZSCORE', permits) and
+    c('ZADD', permits) and c('ZREM', permits) and c('PEXPIREAT', permits) and
+    c('HGET', counts) and c('HSET', counts) and c('HDEL', counts) and c('DEL', counts) and
+    c('PEXPIREAT', counts) and queue_may(c, semq)
 end
 
 -- The state hash as read by sem_load, changed in place by the helpers and

@@ -49,7 +49,7 @@
 --               successor may be queued)
 local id, successor = ARGV[1], ARGV[6]
 local denied = lock_denied(function(c)
-  return sem_may(c) and c('GET', KEYS[6]) and c('SET', KEYS[6], '1', 'PX', '1')
+  return sem_may(c) and c('GET', KEYS[6]) and c('SET', KEYS[6])
 end)
 if denied then
   return denied

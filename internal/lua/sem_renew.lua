@@ -22,9 +22,9 @@ local denied = lock_denied(function(c)
   local ok = c('TIME')
   for i = 1, #KEYS / 3 do
     local p, h, s = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-    ok = ok and c('ZSCORE', p, 'm') and c('ZADD', p, '1', 'm') and c('ZRANGE', p, '0', '0') and
-      c('PEXPIREAT', p, '1') and c('PEXPIREAT', h, '1') and c('HMGET', s, 'f') and c('HSET', s, 'f', '1') and
-      c('PEXPIREAT', s, '1')
+    ok = ok and c('ZSCORE', p) and c('ZADD', p) and c('ZRANGE', p) and
+      c('PEXPIREAT', p) and c('PEXPIREAT', h) and c('HMGET', s) and c('HSET', s) and
+      c('PEXPIREAT', s)
   end
   return ok
 end)
