@@ -159,7 +159,12 @@ if ARGV[4] == '1' then
     recheck = math.min(wait, recheck)
   end
   queue_enqueue(q, entry, recheck, nil, 'blind')
-  -- The hash exists: it is held (PTTL), or was just handed to the head.
-  redis.call('HSET', lock, LOCK_QUEUED, 1)
+  -- Marked on the holder's hash only: an HSET on a hash that is gone
+  -- would leave one with no expiry (a chaos run under CLIENT PAUSE, DEBUG
+  -- SLEEP and SIGSTOP found one, unexplained). With no hash, whoever takes
+  -- the free lock next finds the queue (acquire.lua's EXISTS) and serves it.
+  if redis.call('EXISTS', lock) == 1 then
+    redis.call('HSET', lock, LOCK_QUEUED, 1)
+  end
 end
 return {0, wait, fence_seen(fence)}
