@@ -60,7 +60,10 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 	spec := core.Spec{Channel: rw.keys.readCh, Weight: 1, Tag: readTag, RecheckCap: recheckCap(rw.c), MaxClaim: MaxClaimWindow,
 		Busy: ErrLocked, Pkg: "rlock", Op: "read lock", Name: rw.name}
 	if write {
-		spec.Channel, spec.Tag, spec.Op = rw.keys.grants, "", "write lock"
+		// A writer's grant channel lingers after its Client's last write
+		// wait: no sign that the lock is taken now. Queued at once, the
+		// writer would shut out the readers that come until it holds.
+		spec.Channel, spec.Tag, spec.Op, spec.AttemptFirst = rw.keys.grants, "", "write lock", true
 	}
 	startAcquisition(&a.Acquisition, rw.c, a, spec, lc, wait)
 	return a.Run(ctx)

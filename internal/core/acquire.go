@@ -19,8 +19,9 @@ import (
 //	attempt   one acquire script that takes the lock if it is free, without
 //	          queueing. Skipped, to local, when this Client's calls are known
 //	          to hold or wait for the lock (LocalTurns.Active, or the grant
-//	          channel's subscription is live): the queued state's first
-//	          script then acquires or queues, with no grant to miss.
+//	          channel's subscription is live, unless Spec.AttemptFirst):
+//	          the queued state's first script then acquires or queues,
+//	          with no grant to miss.
 //	            acquired -> held
 //	            taken -> failed (a Try call), local (a blocking one)
 //	            Redis unreachable -> failed, or local (a blocking call)
@@ -147,9 +148,13 @@ type Spec struct {
 	Tag        string        // its tag there; "": the owner id
 	RecheckCap time.Duration // re-check a place in the queue at least this often
 	MaxClaim   time.Duration // longest claim window a notice may name
-	Busy       error         // ErrLocked, ErrNoPermits: what a taken lock is
-	Pkg, Op    string        // "rlock", "lock": how errors name the call
-	Name       string
+	// AttemptFirst: the first attempt is never skipped for a live grant
+	// channel, which may only linger from an earlier wait (an RWMutex
+	// writer: once queued, it shuts every new reader out).
+	AttemptFirst bool
+	Busy         error  // ErrLocked, ErrNoPermits: what a taken lock is
+	Pkg, Op      string // "rlock", "lock": how errors name the call
+	Name         string
 }
 
 // Acquisition is one call's state, kept across its attempts under one owner
@@ -254,7 +259,7 @@ func (a *Acquisition) attempt() state {
 		if a.Local != nil && !a.joined && a.Local.Active() {
 			return stateLocal
 		}
-		if a.w == nil {
+		if a.w == nil && !a.Spec.AttemptFirst {
 			a.w = a.C.Mux.SubscribeIfLive(a.Spec.Channel, a.Spec.Weight)
 		}
 		if a.w != nil {
