@@ -108,6 +108,9 @@ if found == 0 then
   lock_hold(lock, owner, last - block + 1, lease, lease)
   return {1, last - block + 1, 1, last, 0}
 end
+-- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
+-- the next line (see contendedMark in lua.go), made only by calls that get there.
+--@contended
 local wait = redis.call('PTTL', lock)
 local first = queue_first(q)
 -- What the EXISTS found beyond the lock and the queue is the tombstone.

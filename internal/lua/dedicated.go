@@ -23,7 +23,7 @@ func newPinned(src string) *Pinned {
 }
 
 // AcquireOn is Acquire, to be run with Pinned.Exec.
-var AcquireOn = newPinned(mutexLibSrc + acquireSrc)
+var AcquireOn = newPinned(acquireScriptSrc)
 
 // Exec runs the script on dc: EVALSHA, then EVAL when the server does not
 // know the script yet.

@@ -1,5 +1,6 @@
--- mutex_lib: the Mutex's hand-off; prepended to its scripts after
--- publish_lib.lua, queue_lib.lua and fence_lib.lua at build time (see
+-- mutex_lib: the Mutex's hand-off; put in its scripts after publish_lib.lua,
+-- queue_lib.lua and fence_lib.lua at build time (in acquire.lua and
+-- release.lua, with queue_lib.lua, at their '--@contended' line: see
 -- lua.go), so it declares functions only and touches no key.
 --
 -- A lock that becomes free while waiters are queued (see queue_lib.lua) is

@@ -1,5 +1,5 @@
 -- queue_lib: the wait queue of every lock kind (Mutex, RWMutex, semaphore);
--- prepended after publish_lib.lua at build time (see lua.go), so it declares
+-- put after publish_lib.lua at build time (see lua.go), so it declares
 -- functions only and touches no key. A queue q is a table of its keys, which
 -- share the lock's hash tag:
 --   q.queue    zset: entry -> arrival number (FIFO order): the server clock in

@@ -95,6 +95,24 @@ if left <= 0 and message and not lock_may_publish(ARGV[3], ARGV[4]) then
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
 end
 -- The first waiter, read only when someone may be queued (LOCK_QUEUED).
+if left <= 0 and not queued and ARGV[8] == '' and not message then
+  -- No one queued, no successor, nothing to announce: the lock goes (what
+  -- the general path below does in this case, before the queue library is
+  -- made).
+  denied = lock_denied(function(c)
+    return c('SET', KEYS[7]) and c('DEL', lock)
+  end)
+  if denied then
+    return denied
+  end
+  lock_bury(KEYS[7], ARGV[10])
+  redis.call('DEL', lock)
+  redis.call('SET', latch, '0', 'PX', ARGV[6])
+  return {0}
+end
+-- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
+-- the next line (see contendedMark in lua.go), made only by calls that get there.
+--@contended
 local first = left <= 0 and (queued and queue_first(q) or {})
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
