@@ -88,6 +88,20 @@ end
 if redis.call('EXISTS', KEYS[8]) == 1 then
   return {-2}
 end
+-- No writer holds and no one is queued, and for a writer no reader holds
+-- (not even one whose lease ran out, which only the general path below
+-- reclaims): the lock is the caller's, as that path would find after more
+-- reads. (A read hold of this owner that an attempt whose reply was lost
+-- took is granted again: count 1 and a lease from now, as held() renews it.
+-- A read lock under the caller's write hold, ARGV[10], takes the general
+-- path, which checks that hold.)
+if ARGV[10] == '' and redis.call('EXISTS', KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4]) == 0 then
+  if mode == 'r' then
+    rw_grant_reader(now, owner, lease)
+    return {1, fence_now(KEYS[7], lease), 1}
+  end
+  return {1, rw_grant_writer(owner, lease, lease), 1}
+end
 rw_reclaim(now)
 
 -- The hold of this owner, if it has one: granted while it was queued (its
