@@ -9,10 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -153,5 +158,61 @@ func TestTryLockRedisDownIsUnavailable(t *testing.T) {
 		if !errors.Is(err, rlock.ErrUnavailable) {
 			t.Fatalf("RWMutex.TryLock %d with Redis down: %v; want ErrUnavailable", i, err)
 		}
+	}
+}
+
+// deadlineOnceClient fails the first acquire.lua it is given, without sending
+// it, with context.DeadlineExceeded: what rueidis tells every command on a
+// connection that another caller's deadline closed. It answers the next one
+// slowly, after slow, as a loaded server would.
+type deadlineOnceClient struct {
+	rueidis.Client
+	slow  time.Duration
+	calls atomic.Int32
+}
+
+func (d *deadlineOnceClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if len(args) > 5 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(args[5], ":gone:") {
+		switch d.calls.Add(1) {
+		case 1:
+			return rueidis.NewErrorResult(context.DeadlineExceeded)
+		case 2:
+			select {
+			case <-time.After(d.slow):
+			case <-ctx.Done():
+				return rueidis.NewErrorResult(ctx.Err())
+			}
+		}
+	}
+	return d.Client.Do(ctx, cmd)
+}
+
+// A Lock whose first attempt got no answer, because another caller's
+// deadline closed the connection, starts its wait timeout only once Redis
+// has answered: behind a holder it fails with ErrLocked, not ErrUnavailable,
+// however long that answer takes. (Seen in TestShortWaitTimeoutUnderContention
+// IsLocked about once in 70 runs beside a full run of the package: the
+// timeout started with the failed attempt and ran out before the next one's
+// answer.)
+func TestNoAnswerDoesNotStartTheWaitTimeout(t *testing.T) {
+	e := ftNewEnv(t)
+	const name = "no-answer"
+	holder := e.client().Mutex(name)
+	held, err := holder.Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &deadlineOnceClient{Client: redistest.Client(t, e.srv), slow: 50 * time.Millisecond}
+	m := e.clientOn(d).Mutex(name)
+	_, err = m.Lock(e.ctx, rlock.WithWaitTimeout(5*time.Millisecond))
+	if !errors.Is(err, rlock.ErrLocked) || errors.Is(err, rlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind a holder, its first attempt unanswered: %v; want ErrLocked and the deadline", err)
+	}
+	if n := d.calls.Load(); n < 2 {
+		t.Fatalf("%d acquire scripts: want the unanswered one and one answered", n)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
 	}
 }

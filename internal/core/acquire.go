@@ -25,6 +25,8 @@ import (
 //	            acquired -> held
 //	            taken -> failed (a Try call), local (a blocking one)
 //	            Redis unreachable -> failed, or local (a blocking call)
+//	            no answer (another caller's deadline closed the
+//	            connection) -> local, the wait timeout not yet started
 //	local     (kinds with turns; once) waits among this Client's calls for
 //	          the same lock (see LocalTurns.WaitLocal)
 //	            passed the lock -> held
@@ -269,6 +271,11 @@ func (a *Acquisition) attempt() state {
 	a.attempted = true
 	ok, retry, err := a.try(a.ctx, nil)
 	switch {
+	case err != nil && a.Wait && SaysNothing(a.ctx, err) && a.ctx.Err() == nil:
+		// No answer at all: another caller's deadline closed the
+		// connection. The wait timeout starts once Redis has answered
+		// (see queued), as it would have without this attempt.
+		return stateLocal
 	case err != nil && a.Wait && (Retryable(a.ctx, err) || a.C.Cfg.ReplicaAckRetry && isNotReplicated(err)):
 		// A dropped connection is no reason to give up a blocking call:
 		// the wait retries with backoff while ctx lasts.
