@@ -94,7 +94,6 @@ if left <= 0 and message and not lock_may_publish(ARGV[3], ARGV[4]) then
   -- changes anything, rather than freed with no one told.
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
 end
--- The first waiter, read only when someone may be queued (LOCK_QUEUED).
 if left <= 0 and not queued and ARGV[8] == '' and not message then
   -- No one queued, no successor, nothing to announce: the lock goes (what
   -- the general path below does in this case, before the queue library is
@@ -113,6 +112,7 @@ end
 -- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
 -- the next line (see contendedMark in lua.go), made only by calls that get there.
 --@contended
+-- The first waiter, read only when someone may be queued (LOCK_QUEUED).
 local first = left <= 0 and (queued and queue_first(q) or {})
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
