@@ -92,3 +92,7 @@ func HoldCount(c *Client) int { return c.c.HoldCount() }
 
 // TokenBlock is how many fencing tokens a contended acquisition reserves.
 const TokenBlock = tokenBlock
+
+// QuorumGate is the master gated rounds of qm ask first while none failed
+// lately (see quorum_gate.go).
+func QuorumGate(qm *QuorumMutex) int { return qm.gateFrom }

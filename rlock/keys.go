@@ -61,6 +61,10 @@ func newKeys(prefix, name, clientID string) keys {
 	return k
 }
 
+// gate is a quorum lock's reservation on its gate master (see
+// quorum_acquire.lua).
+func (k keys) gate() string { return k.lock + ":gate" }
+
 // latch is the result key of one release request (see release.lua).
 func (k keys) latch(requestID string) string { return k.lock + ":latch:" + requestID }
 

@@ -81,15 +81,27 @@ const (
 //
 // # How it works
 //
-// Lock sends an acquisition script to every master at once, each bounded by
-// the attempt timeout (QuorumOptions.AttemptTimeout). When a majority granted
-// it and validity is left, the lock is held; otherwise everything the attempt
-// took is given back at once (also on masters whose reply was lost: a
-// tombstone refuses an attempt that runs late) and Lock waits. It waits on
-// each master's unlock channel (any master announcing a release wakes it),
-// bounded by the time the holder it saw keeps its majority, so a lost
-// message costs at most that; after a split vote (no one got a majority) it
-// retries after a short random delay, so that contenders fall out of step.
+// Lock asks one master first, the gate (chosen from the lock's name, so
+// that locks spread over the masters), and the others at once only when the
+// gate granted it: contenders meet at the gate instead of splitting the
+// masters' votes among them. A Lock that loses at the gate keeps its place in
+// line there, so that a free lock goes to the caller that has waited longest,
+// not to a holder that releases and asks again. Each attempt is bounded by
+// the attempt timeout (QuorumOptions.AttemptTimeout); a gate that does not
+// answer is passed over, by every lock of the Quorum, for a second. When a
+// majority granted the lock and validity is left, the lock is held;
+// otherwise everything the attempt took is given back at once (also on
+// masters whose reply was lost: a tombstone refuses an attempt that runs
+// late) and Lock waits. It waits on each master's unlock channel, and after
+// a loss at the gate on the gate's: a release wakes it, bounded by the time
+// the holder it saw keeps its lease, so a lost message costs at most that. A
+// gate holder that no round saw hold a majority (one that may have vanished
+// between the gate and the others) is waited for three attempt timeouts,
+// then Lock asks every master at once. After a split vote (no one got a
+// majority, as when Quorums in other processes list the masters in another
+// order and so meet at another gate) it retries after a short random delay,
+// so that contenders fall out of step. TryLock makes one round on every
+// master at once, out of line.
 // A hold taken without WithLease is renewed on every master by the watchdog
 // of that master's Client; its lock context is cancelled with ErrLeaseLost
 // once fewer than a majority of its masters confirm it (a renewal found the
@@ -126,6 +138,9 @@ type Quorum struct {
 	lease   time.Duration // the watchdog's lease
 	unlock  time.Duration
 	seq     atomic.Uint64 // see newOwner
+	// gateDown[i]: until when (Unix ns) master i is passed over as a gate
+	// (see quorum_gate.go).
+	gateDown []atomic.Int64
 
 	mu        sync.Mutex
 	closed    chan struct{}
@@ -221,13 +236,14 @@ func NewQuorumWith(opts QuorumOptions, clients ...rueidis.Client) (*Quorum, erro
 		}
 	}
 	return &Quorum{
-		id:      uuid.NewString(),
-		masters: masters,
-		major:   len(clients)/2 + 1,
-		attempt: attempt,
-		lease:   cfg.watchdogTimeout,
-		unlock:  cfg.unlockTimeout,
-		closed:  make(chan struct{}),
+		id:       uuid.NewString(),
+		masters:  masters,
+		major:    len(clients)/2 + 1,
+		attempt:  attempt,
+		lease:    cfg.watchdogTimeout,
+		unlock:   cfg.unlockTimeout,
+		gateDown: make([]atomic.Int64, len(clients)),
+		closed:   make(chan struct{}),
 	}, nil
 }
 
@@ -242,7 +258,7 @@ func (q *Quorum) Majority() int { return q.major }
 // ErrInvalidName.
 func (q *Quorum) Mutex(name string) *QuorumMutex {
 	m := q.masters[0].Mutex(name) // validates the name; keys are alike on every master
-	return &QuorumMutex{q: q, name: name, err: m.err, keys: m.keys}
+	return &QuorumMutex{q: q, name: name, err: m.err, keys: m.keys, gateFrom: gateStart(name, len(q.masters))}
 }
 
 // Close stops the watchdogs and multiplexers of every master's Client.

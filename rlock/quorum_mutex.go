@@ -29,6 +29,9 @@ type QuorumMutex struct {
 	name string
 	err  error // invalid name, reported by every method
 	keys keys
+	// gateFrom is the master gated rounds of this lock ask first (see
+	// quorum_gate.go).
+	gateFrom int
 }
 
 // Name returns the name the lock was created with.
@@ -99,7 +102,14 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 	// WithReplicaAckRetry (the same for every master): a round lost for
 	// want of acknowledgements is tried again rather than failed.
 	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
-	r := qm.round(ctx, lease)
+	// TryLock's one round looks at every master: a gate held by a contender
+	// that crashed before it took a majority would otherwise refuse it.
+	var call *gateCall
+	if wait {
+		call = &gateCall{id: q.newOwner()}
+		defer qm.leaveGate(call)
+	}
+	r := qm.round(ctx, lease, call)
 	switch {
 	case r.won:
 		return qm.hold(ctx, r, renew)
@@ -114,14 +124,14 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 		waitCtx, cancel = context.WithTimeoutCause(ctx, lc.waitTimeout, &waitTimeoutError{D: lc.waitTimeout})
 		defer cancel()
 	}
-	return qm.wait(ctx, waitCtx, r, lease, renew)
+	return qm.wait(ctx, waitCtx, call, r, lease, renew)
 }
 
 // wait makes rounds until one wins or waitCtx ends: after every release a
 // master announces, and else when the holders' leases end (see retryIn),
 // with backoff while too few masters answer. first is the round that
 // failed before the wait.
-func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, first *round, lease time.Duration, renew bool) (context.Context, error) {
+func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first *round, lease time.Duration, renew bool) (context.Context, error) {
 	q := qm.q
 	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
 	l := qm.listen(waitCtx)
@@ -132,11 +142,17 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, first *round, lease ti
 	last := first
 	splits := 0
 	backoff := time.Duration(0)
+	full := false     // the next round asks every master at once
+	majority := first // the last round that saw a holder of a majority
 	for {
 		// The wake-ups so far are answered by this round; any that comes
 		// during it or after makes another.
 		l.drain()
-		r := qm.round(waitCtx, lease)
+		c := call
+		if full {
+			c = nil
+		}
+		r := qm.round(waitCtx, lease, c)
 		if r.won {
 			l.satisfied.Store(true)
 			return qm.hold(ctx, r, renew)
@@ -147,14 +163,48 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, first *round, lease ti
 				return nil, qm.failure(r, nil)
 			}
 		}
-		timer.Reset(qm.nextRound(r, &backoff, &splits))
+		if _, _, ok := r.majority(q.major); ok {
+			majority = r
+		}
+		d := qm.nextRound(r, &backoff, &splits)
+		// Lost at the gate to a holder no round saw hold a majority: it may
+		// have crashed before taking one (see quorum_gate.go).
+		stalled := r.lostAtGate && !r.votes[r.gate].reserved && !heldByMajority(majority, r.votes[r.gate].holder, q.major)
+		if r.lostAtGate && (stalled || r.votes[r.gate].reserved) {
+			// (Kept for another: that caller's round may lose and give the
+			// gate back quietly; asking again soon costs one script.)
+			d = min(d, q.gateStall(lease))
+		}
+		timer.Reset(d)
+		var err error
+		full, err = qm.sleep(waitCtx, l, timer, r, stalled)
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			return nil, qm.failure(last, err)
+		}
+	}
+}
+
+// sleep waits after round r for a release to be announced or for timer; it
+// returns whether the next round is to be full (see quorum_gate.go), or why
+// the wait ended. After a round lost at the gate only the gate's release
+// wakes it: whoever holds the gate releases it with the rest.
+func (qm *QuorumMutex) sleep(waitCtx context.Context, l *quorumListener, timer *time.Timer, r *round, stalled bool) (full bool, err error) {
+	for {
 		select {
 		case <-l.wake:
+			if r.lostAtGate && !l.heard[r.gate].Load() {
+				continue
+			}
+			return false, nil
 		case <-timer.C:
-		case <-q.closed:
-			return nil, ErrClosed
+			return stalled, nil
+		case <-qm.q.closed:
+			return false, ErrClosed
 		case <-waitCtx.Done():
-			return nil, qm.failure(last, core.CtxError(waitCtx))
+			return false, core.CtxError(waitCtx)
 		}
 	}
 }

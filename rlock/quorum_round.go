@@ -41,6 +41,7 @@ const (
 	// voteUnacked: this master took the lock, but too few of its replicas
 	// acknowledged it (WithReplicaAck): it counts against, and is given back.
 	voteUnacked
+	voteUnasked // a round lost at its gate did not ask this master
 )
 
 // vote is one master's answer in one round.
@@ -53,6 +54,10 @@ type vote struct {
 	// late: the attempt may still run on that master (its reply was lost),
 	// so it is given back with a tombstone against it.
 	late bool
+	// reserved (voteTaken at a gate): the lock was free there, but kept for
+	// a caller that has waited longer, for wait ms at most.
+	reserved bool
+	arrival  string // gate asks: the caller's arrival there (see gateCall)
 }
 
 // round is one acquisition attempt on every master at once, under one owner
@@ -66,6 +71,8 @@ type round struct {
 	lastErr                error
 	until                  time.Time // granted >= majority: when the majority's validity ends
 	won                    bool
+	gate                   int  // the master asked first, -1 for none (see quorum_gate.go)
+	lostAtGate             bool // the gate was taken: no other master was asked
 }
 
 // notReplicated reports whether r lost only for want of acknowledgements
@@ -86,28 +93,60 @@ func (q *Quorum) newOwner() string {
 	return q.id + ":" + strconv.FormatUint(q.seq.Add(1), 10)
 }
 
-// round asks every master at once. It wins when a majority granted the lock
-// and validity is left: the lease less the time since each grant was sent and
-// the drift margin, for the majority whose leases end last. Whatever a round
-// that did not win took is given back (quietly, see quietMessage); the call
-// waits for the give-backs to the masters that answered for up to the attempt
-// timeout, so that it leaves nothing behind on them. Masters whose answer was
-// lost are given back in the background in any case, with a tombstone.
-func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
+// round makes one acquisition attempt under a new owner field. A gated round
+// (full false) asks its gate first and stops there if another owner holds
+// it; otherwise, and in a full round, it asks every master at once. It wins
+// when a majority granted the lock and validity is left: the lease less the
+// time since each grant was sent and the drift margin, for the majority whose
+// leases end last. Whatever a round that did not win took is given back
+// (quietly, see quietMessage); the call waits for the give-backs to the
+// masters that answered for up to the attempt timeout, so that it leaves
+// nothing behind on them. Masters whose answer was lost are given back in the
+// background in any case, with a tombstone.
+func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gateCall) *round {
 	q := qm.q
-	r := &round{owner: q.newOwner(), lease: lease, votes: make([]vote, len(q.masters))}
+	r := &round{owner: q.newOwner(), lease: lease, votes: make([]vote, len(q.masters)), gate: -1}
 	timeout := q.attemptTimeout(lease)
+	if call != nil {
+		r.gate = qm.gate()
+	}
+	if r.gate >= 0 {
+		v := qm.ask(ctx, q.masters[r.gate].c, r.owner, lease, timeout, call.at(r.gate))
+		r.votes[r.gate] = v
+		call.heard(r.gate, v)
+		switch v.kind {
+		case voteTaken:
+			for i := range r.votes {
+				if i != r.gate {
+					r.votes[i].kind = voteUnasked
+				}
+			}
+			r.taken, r.lostAtGate = 1, true
+			return r
+		case voteFailed:
+			qm.gateFailed(r.gate)
+		}
+	}
 	var wg sync.WaitGroup
 	for i, mc := range q.masters {
-		wg.Go(func() { r.votes[i] = qm.ask(ctx, mc.c, r.owner, lease, timeout) })
+		if i != r.gate {
+			wg.Go(func() { r.votes[i] = qm.ask(ctx, mc.c, r.owner, lease, timeout, nil) })
+		}
 	}
 	wg.Wait()
+	r.count(ctx, q.major)
+	qm.giveBackLost(r, timeout)
+	return r
+}
+
+// count tallies r's votes and tells whether r won.
+func (r *round) count(ctx context.Context, major int) {
 	var ends []time.Time
 	for _, v := range r.votes {
 		switch v.kind {
 		case voteGranted:
 			r.granted++
-			ends = append(ends, v.sent.At().Add(lease-core.DriftMargin(lease)))
+			ends = append(ends, v.sent.At().Add(r.lease-core.DriftMargin(r.lease)))
 		case voteTaken:
 			r.taken++
 		case voteUnacked:
@@ -117,42 +156,68 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration) *round {
 			r.lastErr = v.err
 		}
 	}
-	if r.granted >= q.major {
+	if r.granted >= major {
 		slices.SortFunc(ends, func(a, b time.Time) int { return b.Compare(a) })
-		r.until = ends[q.major-1]
+		r.until = ends[major-1]
 		r.won = time.Until(r.until) > 0 && ctx.Err() == nil
 	}
+}
+
+// giveBackLost gives back what r took and does not keep, waiting up to
+// timeout for the masters that answered.
+func (qm *QuorumMutex) giveBackLost(r *round, timeout time.Duration) {
+	q := qm.q
 	var done []<-chan struct{}
 	for i, v := range r.votes {
 		switch {
 		case v.kind == voteGranted && !r.won || v.kind == voteUnacked:
-			if d := qm.giveBack(q.masters[i].c, r.owner, lease, false); d != nil {
+			if d := qm.giveBack(q.masters[i].c, r.owner, r.lease, false); d != nil {
 				done = append(done, d)
 			}
 		case v.late:
-			qm.giveBack(q.masters[i].c, r.owner, lease, true)
+			qm.giveBack(q.masters[i].c, r.owner, r.lease, true)
 		}
 	}
-	if len(done) > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		for _, d := range done {
-			select {
-			case <-d:
-			case <-t.C:
-				return r
+	if len(done) == 0 {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// majority returns the owner that holds a majority of the masters r asked
+// (its owner field, "" if the masters could not name it), with the remaining
+// leases of its votes; ok is false when no one does (a split vote, or a holder
+// taking or releasing the lock just then).
+func (r *round) majority(major int) (holder string, waits []int64, ok bool) {
+	byHolder := make(map[string][]int64)
+	for _, v := range r.votes {
+		if v.kind == voteTaken {
+			byHolder[v.holder] = append(byHolder[v.holder], v.wait)
+			if len(byHolder[v.holder]) >= major {
+				holder, ok = v.holder, true
 			}
 		}
 	}
-	return r
+	return holder, byHolder[holder], ok
 }
 
 // ask runs quorum_acquire.lua on one master, followed, with WithReplicaAck on
 // that master's Client, by WAIT on the same connection: a vote the master's
 // replicas did not acknowledge in time is voteUnacked. The attempt timeout
 // then bounds the script, and the acknowledgement timeout the WAIT.
-func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, lease, timeout time.Duration) vote {
-	keys, args := []string{qm.keys.lock, qm.keys.tombstone(owner)}, []string{owner, ms(lease)}
+func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, lease, timeout time.Duration, call *gateCall) vote {
+	keys, args := []string{qm.keys.lock, qm.keys.tombstone(owner), qm.keys.gate()}, []string{owner, ms(lease), "", "", "", ""}
+	if call != nil {
+		args[2], args[3], args[4], args[5] = call.id, call.arrival, ms(c.Cfg.NoExpiryPoll), ms(c.Cfg.ClaimWindow)
+	}
 	if c.Acking() {
 		return qm.askAcked(ctx, c, keys, args, timeout+c.Cfg.ReplicaAckTimeout)
 	}
@@ -221,11 +286,22 @@ func parseVote(vals []rueidis.RedisMessage) (vote, error) {
 	switch {
 	case status == 1 && len(vals) == 1:
 		return vote{kind: voteGranted}, nil
-	case status == 0 && len(vals) == 3:
+	case status == 0 && (len(vals) == 3 || len(vals) == 4):
 		wait, err1 := vals[1].AsInt64()
 		holder, err2 := vals[2].ToString()
-		if err1 == nil && err2 == nil && wait >= -1 {
-			return vote{kind: voteTaken, wait: wait, holder: holder}, nil
+		var arrival string
+		var err3 error
+		if len(vals) == 4 {
+			arrival, err3 = vals[3].ToString()
+		}
+		if err1 == nil && err2 == nil && err3 == nil && wait >= -1 {
+			return vote{kind: voteTaken, wait: wait, holder: holder, arrival: arrival}, nil
+		}
+	case status == 3 && len(vals) == 3:
+		wait, err1 := vals[1].AsInt64()
+		arrival, err2 := vals[2].ToString()
+		if err1 == nil && err2 == nil && wait >= 0 {
+			return vote{kind: voteTaken, wait: wait, reserved: true, arrival: arrival}, nil
 		}
 	case status == -2 && len(vals) == 1:
 		// Cannot happen: every round has a new owner field.
@@ -262,6 +338,8 @@ func (qm *QuorumMutex) giveBack(c *core.Client, owner string, lease time.Duratio
 // master announces a release first. splits counts the split votes in a row.
 //   - Too many masters could not be reached for a majority: backoff, as for
 //     any connection error (handled by the caller).
+//   - Lost at the gate: until the gate's holder's lease runs out (the caller
+//     shortens it when that holder is not known to hold a majority).
 //   - One owner holds a majority: until that majority's leases would run
 //     out, when fewer than a majority of its keys remain (a release is
 //     announced before that).
@@ -272,29 +350,27 @@ func (qm *QuorumMutex) giveBack(c *core.Client, owner string, lease time.Duratio
 func (qm *QuorumMutex) retryIn(r *round, splits *int) time.Duration {
 	q := qm.q
 	c := q.masters[0].c
-	byHolder := make(map[string][]int64)
+	if r.lostAtGate {
+		*splits = 0
+		return c.RetryAfter(r.votes[r.gate].wait)
+	}
+	if _, waits, ok := r.majority(q.major); ok {
+		*splits = 0
+		slices.SortFunc(waits, func(a, b int64) int {
+			switch { // no expiry (-1) lasts longest
+			case a == b:
+				return 0
+			case a < 0 || (b >= 0 && a > b):
+				return -1
+			}
+			return 1
+		})
+		return c.RetryAfter(waits[q.major-1])
+	}
 	var first int64 = -1
 	for _, v := range r.votes {
-		if v.kind == voteTaken {
-			byHolder[v.holder] = append(byHolder[v.holder], v.wait)
-			if v.wait >= 0 && (first < 0 || v.wait < first) {
-				first = v.wait
-			}
-		}
-	}
-	for _, waits := range byHolder {
-		if len(waits) >= q.major {
-			*splits = 0
-			slices.SortFunc(waits, func(a, b int64) int {
-				switch { // no expiry (-1) lasts longest
-				case a == b:
-					return 0
-				case a < 0 || (b >= 0 && a > b):
-					return -1
-				}
-				return 1
-			})
-			return c.RetryAfter(waits[q.major-1])
+		if v.kind == voteTaken && v.wait >= 0 && (first < 0 || v.wait < first) {
+			first = v.wait
 		}
 	}
 	*splits++

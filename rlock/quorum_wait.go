@@ -17,6 +17,7 @@ type quorumListener struct {
 	wake      chan struct{} // buffered 1: wake-ups coalesce
 	ready     chan struct{} // one value per master once its subscription is settled
 	satisfied atomic.Bool   // the call got the lock (see mux.Waiter.Leave)
+	heard     []atomic.Bool // per master: it announced a release since the last drain
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -24,8 +25,8 @@ type quorumListener struct {
 func (qm *QuorumMutex) listen(ctx context.Context) *quorumListener {
 	ctx, cancel := context.WithCancel(ctx)
 	n := len(qm.q.masters)
-	l := &quorumListener{wake: make(chan struct{}, 1), ready: make(chan struct{}, n), cancel: cancel}
-	for _, mc := range qm.q.masters {
+	l := &quorumListener{wake: make(chan struct{}, 1), ready: make(chan struct{}, n), cancel: cancel, heard: make([]atomic.Bool, n)}
+	for i, mc := range qm.q.masters {
 		l.wg.Go(func() {
 			w, err := mc.c.Mux.SubscribeWeighted(ctx, qm.keys.channel, 1)
 			l.ready <- struct{}{}
@@ -36,6 +37,7 @@ func (qm *QuorumMutex) listen(ctx context.Context) *quorumListener {
 			for {
 				select {
 				case <-w.C():
+					l.heard[i].Store(true)
 					l.notify()
 					if w.Err() != nil {
 						return // refused for good: the other masters and the timer remain
@@ -79,6 +81,9 @@ func (l *quorumListener) drain() {
 	select {
 	case <-l.wake:
 	default:
+	}
+	for i := range l.heard {
+		l.heard[i].Store(false)
 	}
 }
 

@@ -36,6 +36,8 @@ var (
 	abandonSrc string
 	//go:embed quorum_acquire.lua
 	quorumAcquireSrc string
+	//go:embed quorum_leave.lua
+	quorumLeaveSrc string
 
 	//go:embed rw_lib.lua
 	rwLibOnly string
@@ -111,6 +113,8 @@ var (
 	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
 	// the Mutex's Release, Renew and Abandon serve its holds.
 	QuorumAcquire = rueidis.NewLuaScript(publishLibSrc + quorumAcquireSrc)
+	// QuorumLeave gives up a quorum Lock call's place at the gate.
+	QuorumLeave = rueidis.NewLuaScript(publishLibSrc + quorumLeaveSrc)
 )
 
 // Scripts of the RWMutex. All but RWRenew share the helpers of rw_lib.lua.

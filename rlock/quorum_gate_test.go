@@ -1,0 +1,232 @@
+package rlock_test
+
+// Tests of the quorum lock's gate (rlock/quorum_gate.go): contenders meet at
+// one master, in line, instead of splitting the votes of all of them.
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relockio/relock/rlock"
+)
+
+// Contenders of three Quorums meet at the gate: an acquisition costs its
+// winner's asks and releases and one ask per woken waiter, not the split
+// votes of every contender on every master (32.5 scripts per acquisition
+// at e091fae in this test, 14 since).
+func TestQuorumContendersMeetAtTheGate(t *testing.T) {
+	e := qNewEnv(t, 5)
+	const quorums, workers, rounds = 3, 3, 8
+	all := []int{0, 1, 2, 3, 4}
+	before := e.scripts(all...)
+	var inside, overlaps atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, quorums*workers)
+	for range quorums {
+		m := e.quorum(rlock.QuorumOptions{}).Mutex("meet")
+		for range workers {
+			wg.Go(func() {
+				for range rounds {
+					lockCtx, err := m.Lock(e.ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					inside.Add(-1)
+					if err := m.Unlock(lockCtx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := overlaps.Load(); n > 0 {
+		t.Fatalf("%d acquisitions overlapped another", n)
+	}
+	per := float64(e.scripts(all...)-before) / (quorums * workers * rounds)
+	t.Logf("%.1f scripts per acquisition", per)
+	if per > 22 {
+		t.Errorf("%.1f scripts per acquisition: the contenders split the masters' votes", per)
+	}
+	e.eventually(10*time.Second, "every key of the lock gone", func() bool { return count(e.held("meet")) == 0 })
+	e.allExpire(all...)
+}
+
+// A holder that releases and at once asks again does not pass a waiter that
+// was already in line at the gate.
+func TestQuorumReleaserDoesNotPassWaiter(t *testing.T) {
+	e := qNewEnv(t, 5)
+	a := e.quorum(rlock.QuorumOptions{}).Mutex("line")
+	b := e.quorum(rlock.QuorumOptions{}).Mutex("line")
+	gate := rlock.QuorumGate(a)
+	for i := range 3 {
+		held, err := a.Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := make(chan string, 2)
+		bDone := make(chan error, 1)
+		go func() {
+			l, err := b.Lock(e.ctx)
+			if err == nil {
+				order <- "b"
+				err = b.Unlock(l)
+			}
+			bDone <- err
+		}()
+		e.eventually(10*time.Second, "the waiter in line at the gate", func() bool {
+			n, err := e.raws[gate].Do(e.ctx, e.raws[gate].B().Exists().Key(e.lockKey("line")+":gate").Build()).AsInt64()
+			return err == nil && n == 1
+		})
+		if err := a.Unlock(held); err != nil {
+			t.Fatal(err)
+		}
+		again, err := a.Lock(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order <- "a"
+		if err := <-bDone; err != nil {
+			t.Fatal(err)
+		}
+		if first := <-order; first != "b" {
+			t.Fatalf("round %d: the releaser took the lock again before the waiter in line", i)
+		}
+		if err := a.Unlock(again); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A place in line whose caller vanished (no Lock call asks under it any
+// more) holds a free lock up for the claim window at most, counted from when
+// another caller finds the lock free.
+func TestQuorumVanishedPlaceLapses(t *testing.T) {
+	e := qNewEnv(t, 5)
+	const claim = 400 * time.Millisecond
+	m := e.quorum(rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithClaimWindow(claim)}}).Mutex("vanished")
+	gate := rlock.QuorumGate(m)
+	rc := e.raws[gate]
+	if err := rc.Do(e.ctx, rc.B().Set().Key(e.lockKey("vanished")+":gate").Value("1 gone:1").Px(time.Minute).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := m.Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Lock took %v behind a vanished place (claim window %v)", took, claim)
+	if took < claim/2 {
+		t.Errorf("Lock took %v: the vanished caller's place was not kept for it", took)
+	}
+	if took > 10*claim {
+		t.Errorf("Lock took %v: the vanished caller's place held the lock up past its claim window %v", took, claim)
+	}
+	e.allExpire(0, 1, 2, 3, 4)
+}
+
+// A Lock call that ends without the lock (its wait timed out) gives up its
+// place, so the next caller does not wait for the claim window.
+func TestQuorumTimedOutWaiterLeavesLine(t *testing.T) {
+	e := qNewEnv(t, 5)
+	holder := e.quorum(rlock.QuorumOptions{}).Mutex("leave")
+	waiter := e.quorum(rlock.QuorumOptions{}).Mutex("leave")
+	gate := rlock.QuorumGate(holder)
+	key := e.lockKey("leave") + ":gate"
+	held, err := holder.Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Lock(e.ctx, rlock.WithWaitTimeout(200*time.Millisecond)); err == nil {
+		t.Fatal("Lock of a held lock returned without error")
+	}
+	e.eventually(10*time.Second, "the timed-out waiter's place gone", func() bool {
+		n, err := e.raws[gate].Do(e.ctx, e.raws[gate].B().Exists().Key(key).Build()).AsInt64()
+		return err == nil && n == 0
+	})
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A contender that took the gate and vanished before it took a majority
+// (here: a hold on the gate master only) holds the others up for a few
+// attempt timeouts, not for its lease: a waiter that hears no release looks
+// at every master and takes the majority the gate's holder never had.
+func TestQuorumGateOnlyHolderStallsBriefly(t *testing.T) {
+	e := qNewEnv(t, 5)
+	const attempt = 50 * time.Millisecond
+	m := e.quorum(rlock.QuorumOptions{AttemptTimeout: attempt}).Mutex("stall")
+	gate := rlock.QuorumGate(m)
+	rc := e.raws[gate]
+	if err := rc.Do(e.ctx, rc.B().Hset().Key(e.lockKey("stall")).FieldValue().FieldValue("gone:1", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Do(e.ctx, rc.B().Pexpire().Key(e.lockKey("stall")).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock behind a gate-only holder: %v", err)
+	}
+	t.Logf("Lock took %v behind a gate-only holder (attempt timeout %v)", time.Since(start), attempt)
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A gate master that does not answer is passed over, by every lock of the
+// Quorum for a second: contenders then meet at the next master, where the
+// waiter's place in line is kept.
+func TestQuorumHungGatePassedOver(t *testing.T) {
+	e := qNewEnv(t, 5)
+	q := e.quorum(rlock.QuorumOptions{AttemptTimeout: 300 * time.Millisecond})
+	holder, waiter := q.Mutex("hung"), q.Mutex("hung")
+	gate := rlock.QuorumGate(holder)
+	next := (gate + 1) % 5
+	if err := e.srvs[gate].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.srvs[gate].Resume() })
+	held, err := holder.Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(e.ctx)
+		if err == nil {
+			err = waiter.Unlock(l)
+		}
+		got <- err
+	}()
+	e.eventually(10*time.Second, "the waiter in line at the next master", func() bool {
+		n, err := e.raws[next].Do(e.ctx, e.raws[next].B().Exists().Key(e.lockKey("hung")+":gate").Build()).AsInt64()
+		return err == nil && n == 1
+	})
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
