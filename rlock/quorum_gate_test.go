@@ -230,3 +230,78 @@ func TestQuorumHungGatePassedOver(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The gate master dies (or hangs) while contenders wait in line there: they
+// meet at the next master and every acquisition still completes, one holder
+// at a time.
+func TestQuorumGateFailsUnderContention(t *testing.T) {
+	for _, fault := range []string{"kill", "pause"} {
+		t.Run(fault, func(t *testing.T) {
+			e := qNewEnv(t, 5)
+			const quorums, workers, rounds = 3, 2, 8
+			var ms []*rlock.QuorumMutex
+			for range quorums {
+				ms = append(ms, e.quorum(rlock.QuorumOptions{AttemptTimeout: 50 * time.Millisecond}).Mutex("failing"))
+			}
+			gate := rlock.QuorumGate(ms[0])
+			var done, inside, overlaps atomic.Int64
+			faulted := make(chan struct{})
+			var once sync.Once
+			var wg sync.WaitGroup
+			errs := make(chan error, quorums*workers)
+			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+			defer cancel()
+			for _, m := range ms {
+				for range workers {
+					wg.Go(func() {
+						for range rounds {
+							lockCtx, err := m.Lock(ctx)
+							if err != nil {
+								errs <- err
+								return
+							}
+							if inside.Add(1) > 1 {
+								overlaps.Add(1)
+							}
+							if done.Add(1) == quorums*workers*rounds/4 {
+								once.Do(func() {
+									var err error
+									if fault == "kill" {
+										err = e.srvs[gate].Kill()
+									} else {
+										err = e.srvs[gate].Pause()
+									}
+									if err != nil {
+										errs <- err
+									}
+									close(faulted)
+								})
+							}
+							inside.Add(-1)
+							if err := m.Unlock(lockCtx); err != nil {
+								errs <- err
+								return
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if fault == "pause" {
+				_ = e.srvs[gate].Resume()
+			}
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			select {
+			case <-faulted:
+			default:
+				t.Fatal("the fault was never injected")
+			}
+			if n := overlaps.Load(); n > 0 {
+				t.Fatalf("%d acquisitions overlapped another", n)
+			}
+		})
+	}
+}
