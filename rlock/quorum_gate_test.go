@@ -21,22 +21,43 @@ func TestQuorumContendersMeetAtTheGate(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const quorums, workers, rounds = 3, 3, 8
 	all := []int{0, 1, 2, 3, 4}
-	before := e.scripts(all...)
-	var inside, overlaps atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, quorums*workers)
+	var ms []*rlock.QuorumMutex
 	for range quorums {
-		m := e.quorum(rlock.QuorumOptions{}).Mutex("meet")
+		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("meet"))
+	}
+	before := e.scripts(all...)
+	e.contend(e.ctx, ms, workers, rounds, nil)
+	per := float64(e.scripts(all...)-before) / (quorums * workers * rounds)
+	t.Logf("%.1f scripts per acquisition", per)
+	if per > 22 {
+		t.Errorf("%.1f scripts per acquisition: the contenders split the masters' votes", per)
+	}
+	e.eventually(10*time.Second, "every key of the lock gone", func() bool { return count(e.held("meet")) == 0 })
+	e.allExpire(all...)
+}
+
+// contend has workers goroutines per lock in ms take it rounds times each,
+// and fails the test on an error or on two holders at once. held, if not
+// nil, runs inside every hold with the number of holds so far.
+func (e *qEnv) contend(ctx context.Context, ms []*rlock.QuorumMutex, workers, rounds int, held func(n int64)) {
+	e.t.Helper()
+	var done, inside, overlaps atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ms)*workers)
+	for _, m := range ms {
 		for range workers {
 			wg.Go(func() {
 				for range rounds {
-					lockCtx, err := m.Lock(e.ctx)
+					lockCtx, err := m.Lock(ctx)
 					if err != nil {
 						errs <- err
 						return
 					}
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)
+					}
+					if n := done.Add(1); held != nil {
+						held(n)
 					}
 					inside.Add(-1)
 					if err := m.Unlock(lockCtx); err != nil {
@@ -50,18 +71,18 @@ func TestQuorumContendersMeetAtTheGate(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	if n := overlaps.Load(); n > 0 {
-		t.Fatalf("%d acquisitions overlapped another", n)
+		e.t.Fatalf("%d acquisitions overlapped another", n)
 	}
-	per := float64(e.scripts(all...)-before) / (quorums * workers * rounds)
-	t.Logf("%.1f scripts per acquisition", per)
-	if per > 22 {
-		t.Errorf("%.1f scripts per acquisition: the contenders split the masters' votes", per)
-	}
-	e.eventually(10*time.Second, "every key of the lock gone", func() bool { return count(e.held("meet")) == 0 })
-	e.allExpire(all...)
+}
+
+// inLine reports whether master i keeps a place in line for the lock called
+// name (its gate's reservation key exists).
+func (e *qEnv) inLine(i int, name string) bool {
+	n, err := e.raws[i].Do(e.ctx, e.raws[i].B().Exists().Key(e.lockKey(name)+":gate").Build()).AsInt64()
+	return err == nil && n == 1
 }
 
 // A holder that releases and at once asks again does not pass a waiter that
@@ -86,10 +107,7 @@ func TestQuorumReleaserDoesNotPassWaiter(t *testing.T) {
 			}
 			bDone <- err
 		}()
-		e.eventually(10*time.Second, "the waiter in line at the gate", func() bool {
-			n, err := e.raws[gate].Do(e.ctx, e.raws[gate].B().Exists().Key(e.lockKey("line")+":gate").Build()).AsInt64()
-			return err == nil && n == 1
-		})
+		e.eventually(10*time.Second, "the waiter in line at the gate", func() bool { return e.inLine(gate, "line") })
 		if err := a.Unlock(held); err != nil {
 			t.Fatal(err)
 		}
@@ -142,13 +160,14 @@ func TestQuorumVanishedPlaceLapses(t *testing.T) {
 }
 
 // A Lock call that ends without the lock (its wait timed out) gives up its
-// place, so the next caller does not wait for the claim window.
+// place, so the next caller does not wait for the claim window (3s) in its
+// stead.
 func TestQuorumTimedOutWaiterLeavesLine(t *testing.T) {
 	e := qNewEnv(t, 5)
 	holder := e.quorum(rlock.QuorumOptions{}).Mutex("leave")
 	waiter := e.quorum(rlock.QuorumOptions{}).Mutex("leave")
+	next := e.quorum(rlock.QuorumOptions{}).Mutex("leave")
 	gate := rlock.QuorumGate(holder)
-	key := e.lockKey("leave") + ":gate"
 	held, err := holder.Lock(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +175,19 @@ func TestQuorumTimedOutWaiterLeavesLine(t *testing.T) {
 	if _, err := waiter.Lock(e.ctx, rlock.WithWaitTimeout(200*time.Millisecond)); err == nil {
 		t.Fatal("Lock of a held lock returned without error")
 	}
-	e.eventually(10*time.Second, "the timed-out waiter's place gone", func() bool {
-		n, err := e.raws[gate].Do(e.ctx, e.raws[gate].B().Exists().Key(key).Build()).AsInt64()
-		return err == nil && n == 0
-	})
+	e.eventually(1500*time.Millisecond, "the timed-out waiter's place gone (it would last the lease and the claim window, 5s)", func() bool { return !e.inLine(gate, "leave") })
 	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := next.Lock(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > rlock.DefaultClaimWindow/2 {
+		t.Errorf("the next Lock took %v: it waited for the timed-out caller's place", took)
+	}
+	if err := next.Unlock(l); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -219,10 +246,7 @@ func TestQuorumHungGatePassedOver(t *testing.T) {
 		}
 		got <- err
 	}()
-	e.eventually(10*time.Second, "the waiter in line at the next master", func() bool {
-		n, err := e.raws[next].Do(e.ctx, e.raws[next].B().Exists().Key(e.lockKey("hung")+":gate").Build()).AsInt64()
-		return err == nil && n == 1
-	})
+	e.eventually(10*time.Second, "the waiter in line at the next master", func() bool { return e.inLine(next, "hung") })
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
@@ -244,63 +268,27 @@ func TestQuorumGateFailsUnderContention(t *testing.T) {
 				ms = append(ms, e.quorum(rlock.QuorumOptions{AttemptTimeout: 50 * time.Millisecond}).Mutex("failing"))
 			}
 			gate := rlock.QuorumGate(ms[0])
-			var done, inside, overlaps atomic.Int64
-			faulted := make(chan struct{})
-			var once sync.Once
-			var wg sync.WaitGroup
-			errs := make(chan error, quorums*workers)
+			var faulted atomic.Bool
 			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 			defer cancel()
-			for _, m := range ms {
-				for range workers {
-					wg.Go(func() {
-						for range rounds {
-							lockCtx, err := m.Lock(ctx)
-							if err != nil {
-								errs <- err
-								return
-							}
-							if inside.Add(1) > 1 {
-								overlaps.Add(1)
-							}
-							if done.Add(1) == quorums*workers*rounds/4 {
-								once.Do(func() {
-									var err error
-									if fault == "kill" {
-										err = e.srvs[gate].Kill()
-									} else {
-										err = e.srvs[gate].Pause()
-									}
-									if err != nil {
-										errs <- err
-									}
-									close(faulted)
-								})
-							}
-							inside.Add(-1)
-							if err := m.Unlock(lockCtx); err != nil {
-								errs <- err
-								return
-							}
-						}
-					})
+			e.contend(ctx, ms, workers, rounds, func(n int64) {
+				if n != quorums*workers*rounds/4 {
+					return
 				}
-			}
-			wg.Wait()
-			if fault == "pause" {
-				_ = e.srvs[gate].Resume()
-			}
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			select {
-			case <-faulted:
-			default:
+				var err error
+				if fault == "kill" {
+					err = e.srvs[gate].Kill()
+				} else {
+					err = e.srvs[gate].Pause()
+					t.Cleanup(func() { _ = e.srvs[gate].Resume() })
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				faulted.Store(true)
+			})
+			if !faulted.Load() {
 				t.Fatal("the fault was never injected")
-			}
-			if n := overlaps.Load(); n > 0 {
-				t.Fatalf("%d acquisitions overlapped another", n)
 			}
 		})
 	}

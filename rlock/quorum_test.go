@@ -11,7 +11,6 @@ import (
 	"io"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -281,46 +280,16 @@ func TestQuorumMasterRestartedMidHold(t *testing.T) {
 func TestQuorumMutualExclusion(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const quorums, workers, rounds = 3, 3, 6
-	var inside, maxInside, counter atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, quorums*workers)
+	var ms []*rlock.QuorumMutex
 	for range quorums {
-		m := e.quorum(rlock.QuorumOptions{}).Mutex("counter")
-		for range workers {
-			wg.Go(func() {
-				for range rounds {
-					lockCtx, err := m.Lock(e.ctx)
-					if err != nil {
-						errs <- err
-						return
-					}
-					n := inside.Add(1)
-					for {
-						mx := maxInside.Load()
-						if n <= mx || maxInside.CompareAndSwap(mx, n) {
-							break
-						}
-					}
-					v := counter.Load() // a read-modify-write that overlapping holders would break
-					runtime.Gosched()
-					counter.Store(v + 1)
-					inside.Add(-1)
-					if err := m.Unlock(lockCtx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
+		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("counter"))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if mx := maxInside.Load(); mx != 1 {
-		t.Fatalf("%d holders at once", mx)
-	}
+	var counter atomic.Int64
+	e.contend(e.ctx, ms, workers, rounds, func(int64) {
+		v := counter.Load() // a read-modify-write that overlapping holders would break
+		runtime.Gosched()
+		counter.Store(v + 1)
+	})
 	if got, want := counter.Load(), int64(quorums*workers*rounds); got != want {
 		t.Fatalf("counter = %d, want %d", got, want)
 	}
