@@ -293,3 +293,64 @@ func TestQuorumGateFailsUnderContention(t *testing.T) {
 		})
 	}
 }
+
+// A round that took the gate but found the other masters still held (here by
+// an owner whose releases "arrive" only once the gate is taken, as the last
+// holder's may when it released the gate first) asks them again and takes
+// the lock, rather than giving the gate back and sleeping until that
+// owner's leases end.
+func TestQuorumGateWinnerChasesReleasesInFlight(t *testing.T) {
+	e := qNewEnv(t, 5)
+	m := e.quorum(rlock.QuorumOptions{AttemptTimeout: 600 * time.Millisecond}).Mutex("chase")
+	gate := rlock.QuorumGate(m)
+	key := e.lockKey("chase")
+	var others []int
+	for i := range 5 {
+		if i != gate {
+			others = append(others, i)
+		}
+	}
+	for _, i := range others[:3] {
+		rc := e.raws[i]
+		if err := rc.Do(e.ctx, rc.B().Hset().Key(key).FieldValue().FieldValue("last:1", "1").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Do(e.ctx, rc.B().Pexpire().Key(key).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(e.ctx)
+		if err == nil {
+			err = m.Unlock(l)
+		}
+		got <- err
+	}()
+	// A round holds the gate for a moment; one that chases holds it for up
+	// to its attempt timeout (600ms).
+	var since time.Time
+	e.eventually(10*time.Second, "the gate held by the Lock for 200ms", func() bool {
+		if !e.held("chase")[gate] {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= 200*time.Millisecond
+	})
+	for _, i := range others[:3] {
+		if err := e.raws[i].Do(e.ctx, e.raws[i].B().Del().Key(key).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock still waiting 10s after the other masters were released")
+	}
+}

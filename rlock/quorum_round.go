@@ -135,12 +135,48 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gat
 	}
 	wg.Wait()
 	r.count(ctx, q.major)
+	if r.gate >= 0 && r.votes[r.gate].kind == voteGranted {
+		qm.chase(ctx, r, timeout)
+	}
 	qm.giveBackLost(r, timeout)
 	return r
 }
 
+// chase asks again, for up to timeout, the masters another owner held when
+// round r took its gate but not a majority. Their holder is most often the
+// last one, whose releases are still on their way (it released the gate
+// first), or one that took them out of line (a TryLock, a full round); r's
+// owner is the one in line, so it keeps the gate rather than giving it back
+// quietly and leaving the line asleep. It stops when a master failed.
+func (qm *QuorumMutex) chase(ctx context.Context, r *round, timeout time.Duration) {
+	q := qm.q
+	deadline := time.Now().Add(timeout)
+	for delay := time.Millisecond; !r.won && r.failed == 0 && r.unacked == 0; delay *= 2 {
+		d := min(delay, time.Until(deadline))
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for i, v := range r.votes {
+			if v.kind == voteTaken {
+				wg.Go(func() { r.votes[i] = qm.ask(ctx, q.masters[i].c, r.owner, r.lease, timeout, nil) })
+			}
+		}
+		wg.Wait()
+		r.count(ctx, q.major)
+	}
+}
+
 // count tallies r's votes and tells whether r won.
 func (r *round) count(ctx context.Context, major int) {
+	r.granted, r.taken, r.unacked, r.failed = 0, 0, 0, 0
 	var ends []time.Time
 	for _, v := range r.votes {
 		switch v.kind {
