@@ -89,10 +89,12 @@ const (
 // not to a holder that releases and asks again. Each attempt is bounded by
 // the attempt timeout (QuorumOptions.AttemptTimeout); a gate that does not
 // answer is passed over, by every lock of the Quorum, for a second. When a
-// majority granted the lock and validity is left, the lock is held;
-// otherwise everything the attempt took is given back at once (also on
-// masters whose reply was lost: a tombstone refuses an attempt that runs
-// late) and Lock waits. It waits on each master's unlock channel, and after
+// majority granted the lock and validity is left, the lock is held. A round
+// that took the gate but found other masters held asks them again for up to
+// the attempt timeout (their holder is most often the last one, whose
+// releases are still on their way). Otherwise everything the attempt took
+// is given back at once (also on masters whose reply was lost: a tombstone
+// refuses an attempt that runs late) and Lock waits. It waits on each master's unlock channel, and after
 // a loss at the gate on the gate's: a release wakes it, bounded by the time
 // the holder it saw keeps its lease, so a lost message costs at most that. A
 // gate holder that no round saw hold a majority (one that may have vanished
