@@ -1,11 +1,16 @@
 package rlock
 
 import (
+	"context"
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
 )
 
 func TestParseAcquireReply(t *testing.T) {
@@ -186,6 +191,45 @@ func TestParseReadGrant(t *testing.T) {
 		strings.ToUpper(rwProof(mine, "42", "7")), "42:" + rwProof(mine, "42", "7"), "42 " + rwProof(mine, "42", "8")} {
 		if tok, ok := parseReadGrant(in, mine, 7); ok {
 			t.Errorf("parseReadGrant(%q) = %d: accepted", in, tok)
+		}
+	}
+}
+
+// parseVote reads every reply shape of quorum_acquire.lua, as Redis sends it
+// (the replies come from scripts returning them), and refuses others.
+func TestParseVote(t *testing.T) {
+	srv := redistest.New(t)
+	rc := redistest.Client(t, srv)
+	ctx := context.Background()
+	reply := func(lua string) []rueidis.RedisMessage {
+		t.Helper()
+		vals, err := rc.Do(ctx, rc.B().Eval().Script(lua).Numkeys(0).Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vals
+	}
+	good := []struct {
+		lua  string
+		want vote
+	}{
+		{"return {1}", vote{kind: voteGranted}},
+		{"return {0, 1500, 'q:7'}", vote{kind: voteTaken, wait: 1500, holder: "q:7"}},
+		{"return {0, -1, ''}", vote{kind: voteTaken, wait: -1}},
+		{"return {0, 20, 'q:7', '1795339258522'}", vote{kind: voteTaken, wait: 20, holder: "q:7", arrival: "1795339258522"}},
+		{"return {3, 300, '1795339258522'}", vote{kind: voteTaken, wait: 300, reserved: true, arrival: "1795339258522"}},
+	}
+	for _, tc := range good {
+		got, err := parseVote(reply(tc.lua))
+		if err != nil || got.kind != tc.want.kind || got.wait != tc.want.wait || got.holder != tc.want.holder ||
+			got.reserved != tc.want.reserved || got.arrival != tc.want.arrival {
+			t.Errorf("parseVote(%s) = %+v, %v; want %+v", tc.lua, got, err, tc.want)
+		}
+	}
+	for _, lua := range []string{"return {}", "return {-2}", "return {1, 2}", "return {0, 5}", "return {0, -2, 'q:7'}",
+		"return {0, 5, 'q:7', '1', '2'}", "return {3, -1, '1'}", "return {3, 5}", "return {2}"} {
+		if got, err := parseVote(reply(lua)); err == nil {
+			t.Errorf("parseVote(%s) = %+v, want an error", lua, got)
 		}
 	}
 }

@@ -65,9 +65,26 @@ func (qm *QuorumMutex) gateFailed(i int) {
 
 // gateStall is how long a waiter that lost at the gate to a holder not known
 // to hold a majority waits for a release before it looks at every master: a
-// live contender's round, its asks and give-backs, ends well within it.
+// live contender's round, its asks (and their acknowledgements), chase and
+// give-backs, ends well within it.
 func (q *Quorum) gateStall(lease time.Duration) time.Duration {
-	return 3 * q.attemptTimeout(lease)
+	d := 3 * q.attemptTimeout(lease)
+	if c := q.masters[0].c; c.Acking() {
+		d += 2 * c.Cfg.ReplicaAckTimeout
+	}
+	return d
+}
+
+// stuckHolder returns the holder of the gate that full round r saw hold no
+// majority (one that took the gate and vanished, or that lost its round and
+// has yet to give the gate back), or "": while it holds the gate, rounds
+// look at every master.
+func (qm *QuorumMutex) stuckHolder(r *round) string {
+	g := qm.gate()
+	if g < 0 || r.votes[g].kind != voteTaken || heldByMajority(r, r.votes[g].holder, qm.q.major) {
+		return ""
+	}
+	return r.votes[g].holder
 }
 
 // heldByMajority reports whether round r saw holder hold a majority.
@@ -89,16 +106,15 @@ type gateCall struct {
 	queued  bool   // a loss at gate may have made it the reserved caller
 }
 
-// at returns call for an ask at gate, or nil when call is nil. An arrival at
-// another gate means nothing at this one.
-func (call *gateCall) at(gate int) *gateCall {
-	if call == nil {
-		return nil
+// moveGate starts call afresh at gate when its arrival was at another one
+// (an arrival there means nothing here), giving up, in the background, the
+// place it may hold there.
+func (qm *QuorumMutex) moveGate(call *gateCall, gate int) {
+	if call.arrival == "" || call.gate == gate {
+		return
 	}
-	if call.arrival != "" && call.gate != gate {
-		call.arrival, call.queued = "", false
-	}
-	return call
+	qm.leaveGate(call)
+	call.arrival, call.queued = "", false
 }
 
 // heard keeps what the gate's vote v told call.

@@ -43,12 +43,14 @@ func (qm *QuorumMutex) String() string {
 }
 
 // Lock blocks until it holds the lock on a majority of the masters, ctx is
-// done, or the wait timeout of WithWaitTimeout runs out. Each round sends one
-// script to every master at once; when a round does not win, what it took is
-// given back at once. Between rounds Lock waits without polling: for a
-// release announced by any master, or until the leases of the holder it saw
-// would leave it without a majority (so a lost message costs at most that),
-// or, after a split vote between contenders, a short random delay.
+// done, or the wait timeout of WithWaitTimeout runs out. Each round asks the
+// lock's gate master first and, once it granted, the others at once; when a
+// round does not win, what it took is given back (see Quorum). Between rounds
+// Lock waits without polling: for a release announced by the gate (by any
+// master when it lost elsewhere, and by the others when the gate stays
+// silent), or until the leases of the holder it saw would leave it without a
+// majority (so a lost message costs at most that), or, after a split vote
+// between contenders, a short random delay.
 //
 // ctx bounds the wait only. On success it returns the lock context carrying
 // the hold (with ctx's values, ended by this hold only; pass it, not ctx, to
@@ -127,10 +129,10 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 	return qm.wait(ctx, waitCtx, call, r, lease, renew)
 }
 
-// wait makes rounds until one wins or waitCtx ends: after every release a
-// master announces, and else when the holders' leases end (see retryIn),
-// with backoff while too few masters answer. first is the round that
-// failed before the wait.
+// wait makes rounds until one wins or waitCtx ends: after a release is
+// announced (see sleep), and else when the holders' leases end (see
+// retryIn), with backoff while too few masters answer. first is the round
+// that failed before the wait.
 func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first *round, lease time.Duration, renew bool) (context.Context, error) {
 	q := qm.q
 	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
@@ -143,16 +145,20 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first 
 	splits := 0
 	backoff := time.Duration(0)
 	full := false     // the next round asks every master at once
+	stuck := ""       // the gate's holder a full round saw without a majority
 	majority := first // the last round that saw a holder of a majority
 	for {
 		// The wake-ups so far are answered by this round; any that comes
 		// during it or after makes another.
 		l.drain()
 		c := call
-		if full {
+		if full || stuck != "" {
 			c = nil
 		}
 		r := qm.round(waitCtx, lease, c)
+		if c == nil {
+			stuck = qm.stuckHolder(r)
+		}
 		if r.won {
 			l.satisfied.Store(true)
 			return qm.hold(ctx, r, renew)
@@ -177,7 +183,7 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first 
 		}
 		timer.Reset(d)
 		var err error
-		full, err = qm.sleep(waitCtx, l, timer, r, stalled)
+		full, err = qm.sleep(waitCtx, l, timer, r, stalled, q.attemptTimeout(lease))
 		if err != nil {
 			if errors.Is(err, ErrClosed) {
 				return nil, err
@@ -189,15 +195,27 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first 
 
 // sleep waits after round r for a release to be announced or for timer; it
 // returns whether the next round is to be full (see quorum_gate.go), or why
-// the wait ended. After a round lost at the gate only the gate's release
-// wakes it: whoever holds the gate releases it with the rest.
-func (qm *QuorumMutex) sleep(waitCtx context.Context, l *quorumListener, timer *time.Timer, r *round, stalled bool) (full bool, err error) {
+// the wait ended. After a round lost at the gate a release of the gate wakes
+// it, and one of another master only if the gate says nothing for grace
+// after it: a holder of the gate releases it with the rest (most releases of
+// other masters the gate's announcement follows at once, or preceded), but
+// the gate may have died or hung since, or its holder vanished while others
+// took the lock by full rounds.
+func (qm *QuorumMutex) sleep(waitCtx context.Context, l *quorumListener, timer *time.Timer, r *round, stalled bool, grace time.Duration) (full bool, err error) {
+	var silent <-chan time.Time // a release of another master heard: the gate's is due
 	for {
 		select {
 		case <-l.wake:
 			if r.lostAtGate && !l.heard[r.gate].Load() {
+				if silent == nil {
+					t := time.NewTimer(grace)
+					defer t.Stop()
+					silent = t.C
+				}
 				continue
 			}
+			return false, nil
+		case <-silent:
 			return false, nil
 		case <-timer.C:
 			return stalled, nil

@@ -60,8 +60,8 @@ type vote struct {
 	arrival  string // gate asks: the caller's arrival there (see gateCall)
 }
 
-// round is one acquisition attempt on every master at once, under one owner
-// field.
+// round is one acquisition attempt under one owner field: on every master at
+// once, or on a gate first (see quorum_gate.go).
 type round struct {
 	owner                  string
 	lease                  time.Duration
@@ -94,8 +94,9 @@ func (q *Quorum) newOwner() string {
 }
 
 // round makes one acquisition attempt under a new owner field. A gated round
-// (full false) asks its gate first and stops there if another owner holds
-// it; otherwise, and in a full round, it asks every master at once. It wins
+// (call not nil) asks its gate first and stops there if another owner holds
+// it or it is kept for another caller; otherwise, and in a full round (call
+// nil), it asks every master at once. It wins
 // when a majority granted the lock and validity is left: the lease less the
 // time since each grant was sent and the drift margin, for the majority whose
 // leases end last. Whatever a round that did not win took is given back
@@ -109,21 +110,24 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gat
 	timeout := q.attemptTimeout(lease)
 	if call != nil {
 		r.gate = qm.gate()
+		qm.moveGate(call, r.gate)
 	}
 	if r.gate >= 0 {
-		v := qm.ask(ctx, q.masters[r.gate].c, r.owner, lease, timeout, call.at(r.gate))
+		v := qm.ask(ctx, q.masters[r.gate].c, r.owner, lease, timeout, call)
 		r.votes[r.gate] = v
 		call.heard(r.gate, v)
-		switch v.kind {
-		case voteTaken:
+		switch {
+		case v.kind == voteTaken || ctx.Err() != nil:
 			for i := range r.votes {
 				if i != r.gate {
 					r.votes[i].kind = voteUnasked
 				}
 			}
-			r.taken, r.lostAtGate = 1, true
+			r.lostAtGate = v.kind == voteTaken
+			r.count(ctx, q.major)
+			qm.giveBackLost(r, timeout)
 			return r
-		case voteFailed:
+		case v.kind == voteFailed:
 			qm.gateFailed(r.gate)
 		}
 	}
@@ -187,7 +191,7 @@ func (r *round) count(ctx context.Context, major int) {
 			r.taken++
 		case voteUnacked:
 			r.unacked++
-		default:
+		case voteFailed:
 			r.failed++
 			r.lastErr = v.err
 		}
@@ -387,7 +391,6 @@ func (qm *QuorumMutex) retryIn(r *round, splits *int) time.Duration {
 	q := qm.q
 	c := q.masters[0].c
 	if r.lostAtGate {
-		*splits = 0
 		return c.RetryAfter(r.votes[r.gate].wait)
 	}
 	if _, waits, ok := r.majority(q.major); ok {

@@ -70,7 +70,7 @@ if wait == -2 then
   local r = caller ~= '' and reserved()
   if r and r[2] == caller then
     redis.call('DEL', gate)
-  elseif r and (arrival == '' or tonumber(arrival) > r[1]) then
+  elseif r and (arrival == '' or tonumber(arrival) >= r[1]) then
     local left = redis.call('PTTL', gate)
     local claim = tonumber(ARGV[6])
     if left < 0 or left > claim then
