@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -134,13 +137,25 @@ func TestQuorumReleaserDoesNotPassWaiter(t *testing.T) {
 
 // A place in line whose caller vanished (no Lock call asks under it any
 // more) holds a free lock up for the claim window at most, counted from when
-// another caller finds the lock free.
+// another caller finds the lock free. That caller wakes the reserved one,
+// once (it may not be the one a release woke in its process).
 func TestQuorumVanishedPlaceLapses(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const claim = 400 * time.Millisecond
 	m := e.quorum(rlock.QuorumOptions{ClientOptions: []rlock.Option{rlock.WithClaimWindow(claim)}}).Mutex("vanished")
 	gate := rlock.QuorumGate(m)
 	rc := e.raws[gate]
+	var wakeReserved atomic.Int64
+	sub, closeSub := redistest.Client(t, e.srvs[gate]).Dedicate()
+	t.Cleanup(closeSub)
+	sub.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
+		if m.Message == "@gone:1" {
+			wakeReserved.Add(1)
+		}
+	}})
+	if err := sub.Do(e.ctx, sub.B().Subscribe().Channel(e.lockKey("vanished")+":unlock").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	if err := rc.Do(e.ctx, rc.B().Set().Key(e.lockKey("vanished")+":gate").Value("1 gone:1").Px(time.Minute).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +174,10 @@ func TestQuorumVanishedPlaceLapses(t *testing.T) {
 	}
 	if took > 10*claim {
 		t.Errorf("Lock took %v: the vanished caller's place held the lock up past its claim window %v", took, claim)
+	}
+	e.eventually(10*time.Second, "the reserved caller woken", func() bool { return wakeReserved.Load() >= 1 })
+	if n := wakeReserved.Load(); n != 1 {
+		t.Errorf("the reserved caller woken %d times for one free lock kept for it, want once", n)
 	}
 	e.allExpire(0, 1, 2, 3, 4)
 }

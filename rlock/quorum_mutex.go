@@ -136,7 +136,7 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first *round, lease time.Duration, renew bool) (context.Context, error) {
 	q := qm.q
 	ackRetry := q.masters[0].c.Cfg.ReplicaAckRetry
-	l := qm.listen(waitCtx)
+	l := qm.listen(waitCtx, call.id)
 	defer l.stop()
 	l.awaitReady(q.attemptTimeout(lease))
 	timer := time.NewTimer(time.Hour)

@@ -254,9 +254,10 @@ func (r *round) majority(major int) (holder string, waits []int64, ok bool) {
 // replicas did not acknowledge in time is voteUnacked. The attempt timeout
 // then bounds the script, and the acknowledgement timeout the WAIT.
 func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, lease, timeout time.Duration, call *gateCall) vote {
-	keys, args := []string{qm.keys.lock, qm.keys.tombstone(owner), qm.keys.gate()}, []string{owner, ms(lease), "", "", "", ""}
+	keys, args := []string{qm.keys.lock, qm.keys.tombstone(owner), qm.keys.gate()}, []string{owner, ms(lease), "", "", "", "", "", ""}
 	if call != nil {
 		args[2], args[3], args[4], args[5] = call.id, call.arrival, ms(c.Cfg.NoExpiryPoll), ms(c.Cfg.ClaimWindow)
+		args[6], args[7] = publishCommand(ctx, c), qm.keys.channel
 	}
 	if c.Acking() {
 		return qm.askAcked(ctx, c, keys, args, timeout+c.Cfg.ReplicaAckTimeout)

@@ -22,7 +22,9 @@ type quorumListener struct {
 	wg        sync.WaitGroup
 }
 
-func (qm *QuorumMutex) listen(ctx context.Context) *quorumListener {
+// tag names the Lock call (its gate place's id): a message addressed to it
+// wakes it alone (see quorum_acquire.lua).
+func (qm *QuorumMutex) listen(ctx context.Context, tag string) *quorumListener {
 	ctx, cancel := context.WithCancel(ctx)
 	n := len(qm.q.masters)
 	l := &quorumListener{wake: make(chan struct{}, 1), ready: make(chan struct{}, n), cancel: cancel, heard: make([]atomic.Bool, n)}
@@ -33,6 +35,7 @@ func (qm *QuorumMutex) listen(ctx context.Context) *quorumListener {
 			if err != nil {
 				return // the wait ended, the Client closed, or the channel is refused
 			}
+			w.SetTag(tag)
 			defer func() { w.Leave(l.satisfied.Load()) }()
 			for {
 				select {

@@ -14,6 +14,9 @@
 -- reservation, "arrival callid", which expires: a caller that vanishes loses
 -- it by its planned re-check plus the claim window, and once someone else
 -- finds the lock free the reserved caller has the claim window left to take it.
+-- The first to find it so wakes the reserved caller (a message addressed to
+-- its id on the unlock channel; the reservation then reads "arrival callid
+-- w"): the release woke one waiter per process, which need not be that one.
 --
 -- KEYS[1]  lock hash
 -- KEYS[2]  tombstone of this owner field, written by abandon.lua
@@ -26,6 +29,9 @@
 -- ARGV[5]  how long (ms) the caller waits between asks when the holder's key
 --          has no expiry
 -- ARGV[6]  the claim window (ms)
+-- ARGV[7]  gated asks: publish command, PUBLISH, SPUBLISH or PUBLISH? (see
+--          publish_lib.lua)
+-- ARGV[8]  gated asks: the unlock channel
 --
 -- Returns an array:
 --   {1}                  acquired, or already this owner's (an attempt whose
@@ -46,7 +52,8 @@ local denied = lock_denied(function(c)
   return c('EXISTS', KEYS[2]) and c('PTTL', lock) and c('HSET', lock) and
     c('PEXPIRE', lock) and c('HEXISTS', lock) and c('HKEYS', lock) and
     (caller == '' or c('TIME') and c('GET', gate) and c('SET', gate) and
-      c('DEL', gate) and c('PTTL', gate) and c('PEXPIRE', gate))
+      c('DEL', gate) and c('PTTL', gate) and c('PEXPIRE', gate) and
+      c(lock_publish_name(ARGV[7]), ARGV[8], 'm'))
 end)
 if denied then
   return denied
@@ -55,14 +62,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {-2}
 end
 
--- The reservation as {arrival, caller}, or nil.
+-- The reservation as {arrival, caller, woken}, or nil; woken: the line was
+-- woken for the free lock.
 local function reserved()
   local r = redis.call('GET', gate)
   if not r then
     return nil
   end
-  local at, id = string.match(r, '^(%d+) (.*)$')
-  return {tonumber(at), id}
+  local at, id, woken = string.match(r, '^(%d+) (%S+)( ?w?)$')
+  return {tonumber(at), id, woken == ' w'}
 end
 
 local wait = redis.call('PTTL', lock)
@@ -74,8 +82,13 @@ if wait == -2 then
     local left = redis.call('PTTL', gate)
     local claim = tonumber(ARGV[6])
     if left < 0 or left > claim then
-      redis.call('PEXPIRE', gate, claim)
       left = claim
+    end
+    if not r[3] then
+      redis.call('SET', gate, r[1] .. ' ' .. r[2] .. ' w', 'PX', left)
+      lock_publish(ARGV[7], ARGV[8], '@' .. r[2]) -- (mux.AddressPrefix)
+    elseif left == claim then
+      redis.call('PEXPIRE', gate, claim)
     end
     if arrival == '' then
       arrival = string.format('%d', now_ms())

@@ -15,7 +15,7 @@ if denied then
   return denied
 end
 local r = redis.call('GET', KEYS[1])
-if r and string.match(r, '^%d+ (.*)$') == ARGV[1] then
+if r and string.match(r, '^%d+ (%S+)') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
