@@ -94,11 +94,13 @@ const (
 // the attempt timeout (their holder is most often the last one, whose
 // releases are still on their way). Otherwise everything the attempt took
 // is given back at once (also on masters whose reply was lost: a tombstone
-// refuses an attempt that runs late) and Lock waits. It waits on each master's unlock channel, and after
-// a loss at the gate on the gate's: a release wakes it, bounded by the time
-// the holder it saw keeps its lease, so a lost message costs at most that. A
+// refuses an attempt that runs late) and Lock waits. It waits on each
+// master's unlock channel; after a loss at the gate, for the gate's release,
+// or for another master's if the gate then stays silent for an attempt
+// timeout (it may have died). A release wakes it, bounded by the time the
+// holder it saw keeps its lease, so a lost message costs at most that. A
 // gate holder that no round saw hold a majority (one that may have vanished
-// between the gate and the others) is waited for three attempt timeouts,
+// between the gate and the others) is waited for five attempt timeouts,
 // then Lock asks every master at once. After a split vote (no one got a
 // majority, as when Quorums in other processes list the masters in another
 // order and so meet at another gate) it retries after a short random delay,

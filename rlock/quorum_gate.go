@@ -65,20 +65,22 @@ func (qm *QuorumMutex) gateFailed(i int) {
 
 // gateStall is how long a waiter that lost at the gate to a holder not known
 // to hold a majority waits for a release before it looks at every master: a
-// live contender's round, its asks (and their acknowledgements), chase and
-// give-backs, ends well within it.
+// live contender's round, its gate ask, its other asks, its chase and its
+// give-backs (an attempt timeout each at most, and the acknowledgements'),
+// ends within it.
 func (q *Quorum) gateStall(lease time.Duration) time.Duration {
-	d := 3 * q.attemptTimeout(lease)
+	d := 5 * q.attemptTimeout(lease)
 	if c := q.masters[0].c; c.Acking() {
-		d += 2 * c.Cfg.ReplicaAckTimeout
+		d += 3 * c.Cfg.ReplicaAckTimeout
 	}
 	return d
 }
 
 // stuckHolder returns the holder of the gate that full round r saw hold no
-// majority (one that took the gate and vanished, or that lost its round and
-// has yet to give the gate back), or "": while it holds the gate, rounds
-// look at every master.
+// majority (one that took the gate and vanished, or one still chasing the
+// rest, or one that lost its round and has yet to give the gate back), or "":
+// the next round looks at every master again, and the one after it at the
+// gate only once a full round saw the gate free or held by another.
 func (qm *QuorumMutex) stuckHolder(r *round) string {
 	g := qm.gate()
 	if g < 0 || r.votes[g].kind != voteTaken || heldByMajority(r, r.votes[g].holder, qm.q.major) {

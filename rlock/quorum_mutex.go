@@ -200,7 +200,7 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first 
 // after it: a holder of the gate releases it with the rest (most releases of
 // other masters the gate's announcement follows at once, or preceded), but
 // the gate may have died or hung since, or its holder vanished while others
-// took the lock by full rounds.
+// took the lock by full rounds; the round after that silence is full.
 func (qm *QuorumMutex) sleep(waitCtx context.Context, l *quorumListener, timer *time.Timer, r *round, stalled bool, grace time.Duration) (full bool, err error) {
 	var silent <-chan time.Time // a release of another master heard: the gate's is due
 	for {
@@ -216,7 +216,7 @@ func (qm *QuorumMutex) sleep(waitCtx context.Context, l *quorumListener, timer *
 			}
 			return false, nil
 		case <-silent:
-			return false, nil
+			return true, nil
 		case <-timer.C:
 			return stalled, nil
 		case <-qm.q.closed:

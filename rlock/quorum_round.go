@@ -96,7 +96,8 @@ func (q *Quorum) newOwner() string {
 // round makes one acquisition attempt under a new owner field. A gated round
 // (call not nil) asks its gate first and stops there if another owner holds
 // it or it is kept for another caller; otherwise, and in a full round (call
-// nil), it asks every master at once. It wins
+// nil), it asks every master at once, and a gated round that took its gate
+// but not a majority asks the others again for a while (see chase). It wins
 // when a majority granted the lock and validity is left: the lease less the
 // time since each grant was sent and the drift margin, for the majority whose
 // leases end last. Whatever a round that did not win took is given back
@@ -146,26 +147,34 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gat
 	return r
 }
 
-// chase asks again, for up to timeout, the masters another owner held when
-// round r took its gate but not a majority. Their holder is most often the
-// last one, whose releases are still on their way (it released the gate
+// chase asks again, until timeout has passed, the masters another owner held
+// when round r took its gate but not a majority. Their holder is most often
+// the last one, whose releases are still on their way (it released the gate
 // first), or one that took them out of line (a TryLock, a full round); r's
 // owner is the one in line, so it keeps the gate rather than giving it back
-// quietly and leaving the line asleep. It stops when a master failed.
+// quietly and leaving the line asleep. It stops when too many masters failed
+// for a majority, or a vote went unacknowledged; its asks end by the
+// deadline too, and it keeps no later than a quarter of the lease after the
+// gate's grant was sent, so that a chase that wins leaves most of the
+// validity.
 func (qm *QuorumMutex) chase(ctx context.Context, r *round, timeout time.Duration) {
 	q := qm.q
 	deadline := time.Now().Add(timeout)
-	for delay := time.Millisecond; !r.won && r.failed == 0 && r.unacked == 0; delay *= 2 {
-		d := min(delay, time.Until(deadline))
-		if d <= 0 {
-			return
-		}
-		t := time.NewTimer(d)
+	if limit := r.votes[r.gate].sent.At().Add(r.lease / 4); limit.Before(deadline) {
+		deadline = limit
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for delay := time.Millisecond; !r.won && r.taken > 0 && r.failed <= len(q.masters)-q.major && r.unacked == 0; delay *= 2 {
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		var wg sync.WaitGroup
 		for i, v := range r.votes {

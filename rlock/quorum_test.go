@@ -289,7 +289,7 @@ func TestQuorumMutualExclusion(t *testing.T) {
 		v := counter.Load() // a read-modify-write that overlapping holders would break
 		runtime.Gosched()
 		counter.Store(v + 1)
-	})
+	}, nil)
 	if got, want := counter.Load(), int64(quorums*workers*rounds); got != want {
 		t.Fatalf("counter = %d, want %d", got, want)
 	}

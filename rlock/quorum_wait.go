@@ -31,11 +31,13 @@ func (qm *QuorumMutex) listen(ctx context.Context, tag string) *quorumListener {
 	for i, mc := range qm.q.masters {
 		l.wg.Go(func() {
 			w, err := mc.c.Mux.SubscribeWeighted(ctx, qm.keys.channel, 1)
+			if err == nil {
+				w.SetTag(tag)
+			}
 			l.ready <- struct{}{}
 			if err != nil {
 				return // the wait ended, the Client closed, or the channel is refused
 			}
-			w.SetTag(tag)
 			defer func() { w.Leave(l.satisfied.Load()) }()
 			for {
 				select {

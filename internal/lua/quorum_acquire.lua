@@ -70,6 +70,9 @@ local function reserved()
     return nil
   end
   local at, id, woken = string.match(r, '^(%d+) (%S+)( ?w?)$')
+  if not at then
+    return nil -- not a reservation: ignored, and overwritten by the next loss
+  end
   return {tonumber(at), id, woken == ' w'}
 end
 
@@ -81,19 +84,23 @@ if wait == -2 then
   elseif r and (arrival == '' or tonumber(arrival) >= r[1]) then
     local left = redis.call('PTTL', gate)
     local claim = tonumber(ARGV[6])
-    if left < 0 or left > claim then
+    if left == -1 or left > claim then
       left = claim
     end
-    if not r[3] then
-      redis.call('SET', gate, r[1] .. ' ' .. r[2] .. ' w', 'PX', left)
-      lock_publish(ARGV[7], ARGV[8], '@' .. r[2]) -- (mux.AddressPrefix)
-    elseif left == claim then
-      redis.call('PEXPIRE', gate, claim)
+    -- (A place in its last millisecond, PTTL 0, has lapsed: the lock is
+    -- the caller's.)
+    if left > 0 then
+      if not r[3] then
+        redis.call('SET', gate, r[1] .. ' ' .. r[2] .. ' w', 'PX', left)
+        lock_publish(ARGV[7], ARGV[8], '@' .. r[2]) -- (mux.AddressPrefix)
+      elseif left == claim then
+        redis.call('PEXPIRE', gate, claim)
+      end
+      if arrival == '' then
+        arrival = string.format('%d', now_ms())
+      end
+      return {3, left, arrival}
     end
-    if arrival == '' then
-      arrival = string.format('%d', now_ms())
-    end
-    return {3, left, arrival}
   end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
