@@ -83,6 +83,47 @@ func (e *qEnv) contend(ctx context.Context, ms []*rlock.QuorumMutex, workers, ro
 	}
 }
 
+// lockAndUnlock runs m.Lock then m.Unlock in the background and sends the
+// first error (or nil) on the channel it returns.
+func (e *qEnv) lockAndUnlock(m *rlock.QuorumMutex) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(e.ctx)
+		if err == nil {
+			err = m.Unlock(l)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// fakeHold makes owner (a field with ':', as a quorum owner's) hold the lock
+// called name on master i for ttl, as a holder that vanished would.
+func (e *qEnv) fakeHold(i int, name, owner string, ttl time.Duration) {
+	e.t.Helper()
+	rc, key := e.raws[i], e.lockKey(name)
+	if err := rc.Do(e.ctx, rc.B().Hset().Key(key).FieldValue().FieldValue(owner, "1").Build()).Error(); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := rc.Do(e.ctx, rc.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()).Error(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// await fails the test unless got yields nil within 10s; late says what
+// running out of time means.
+func (e *qEnv) await(got <-chan error, late string) {
+	e.t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		e.t.Fatal(late)
+	}
+}
+
 // inLine reports whether master i keeps a place in line for the lock called
 // name (its gate's reservation key exists).
 func (e *qEnv) inLine(i int, name string) bool {
@@ -232,13 +273,7 @@ func TestQuorumGateOnlyHolderStallsBriefly(t *testing.T) {
 	const attempt = 50 * time.Millisecond
 	m := e.quorum(rlock.QuorumOptions{AttemptTimeout: attempt}).Mutex("stall")
 	gate := rlock.QuorumGate(m)
-	rc := e.raws[gate]
-	if err := rc.Do(e.ctx, rc.B().Hset().Key(e.lockKey("stall")).FieldValue().FieldValue("gone:1", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(e.ctx, rc.B().Pexpire().Key(e.lockKey("stall")).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	e.fakeHold(gate, "stall", "gone:1", time.Minute)
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -273,14 +308,7 @@ func TestQuorumHungGatePassedOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(e.ctx)
-		if err == nil {
-			err = waiter.Unlock(l)
-		}
-		got <- err
-	}()
+	got := e.lockAndUnlock(waiter)
 	e.eventually(10*time.Second, "the waiter in line at the next master", func() bool { return e.inLine(next, "hung") })
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
@@ -354,22 +382,9 @@ func TestQuorumGateWinnerChasesReleasesInFlight(t *testing.T) {
 		}
 	}
 	for _, i := range others[:3] {
-		rc := e.raws[i]
-		if err := rc.Do(e.ctx, rc.B().Hset().Key(key).FieldValue().FieldValue("last:1", "1").Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rc.Do(e.ctx, rc.B().Pexpire().Key(key).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		e.fakeHold(i, "chase", "last:1", time.Minute)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := m.Lock(e.ctx)
-		if err == nil {
-			err = m.Unlock(l)
-		}
-		got <- err
-	}()
+	got := e.lockAndUnlock(m)
 	// A round holds the gate for a moment; one that chases holds it for up
 	// to 1.5s.
 	var since time.Time
@@ -388,14 +403,7 @@ func TestQuorumGateWinnerChasesReleasesInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Lock still waiting 10s after the other masters were released")
-	}
+	e.await(got, "Lock still waiting 10s after the other masters were released")
 }
 
 // The gate master dies while a waiter sleeps behind a holder it knows holds
@@ -418,14 +426,7 @@ func TestQuorumGateDiesWhileWaiterSleeps(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := e.scripts(others...)
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(e.ctx)
-		if err == nil {
-			err = waiter.Unlock(l)
-		}
-		got <- err
-	}()
+	got := e.lockAndUnlock(waiter)
 	// In line at the gate, then a full round (every master asked) tells the
 	// waiter that the holder has a majority. A message on another master's
 	// channel (anyone may publish one) has it ask the gate again, lose to
@@ -467,13 +468,7 @@ func TestQuorumGateOnlyHolderUnderContention(t *testing.T) {
 		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("stuck"))
 	}
 	gate := rlock.QuorumGate(ms[0])
-	rc := e.raws[gate]
-	if err := rc.Do(e.ctx, rc.B().Hset().Key(e.lockKey("stuck")).FieldValue().FieldValue("gone:1", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(e.ctx, rc.B().Pexpire().Key(e.lockKey("stuck")).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	e.fakeHold(gate, "stuck", "gone:1", time.Minute)
 	start := time.Now()
 	e.contend(e.ctx, ms, workers, rounds, nil, nil)
 	took := time.Since(start)

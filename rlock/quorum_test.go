@@ -411,14 +411,7 @@ func TestQuorumWaiterWokenByRelease(t *testing.T) {
 	if err := m1.Unlock(lockCtx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken")
-	}
+	e.await(got, "waiter not woken")
 	if d := acquired.Sub(released); d > lease/4 {
 		t.Fatalf("waiter took the lock %v after the release (lease %v): not woken by it", d, lease)
 	}
@@ -597,14 +590,7 @@ func TestQuorumGiveBackWakesNoOne(t *testing.T) {
 		h := e.held("job")
 		return h[0] && h[1] && h[2] && !h[3] && !h[4]
 	})
-	got := make(chan error, 1)
-	go func() {
-		lock2, err := m2.Lock(e.ctx)
-		if err == nil {
-			err = m2.Unlock(lock2)
-		}
-		got <- err
-	}()
+	got := e.lockAndUnlock(m2)
 	all := []int{0, 1, 2, 3, 4}
 	e.eventually(10*time.Second, "the waiter subscribed on every master", func() bool {
 		for _, s := range e.srvs {
@@ -623,12 +609,5 @@ func TestQuorumGiveBackWakesNoOne(t *testing.T) {
 	if err := m1.Unlock(lockCtx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken")
-	}
+	e.await(got, "waiter not woken")
 }
