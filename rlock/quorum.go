@@ -188,21 +188,8 @@ func NewQuorum(clients ...rueidis.Client) (*Quorum, error) {
 // unreachable master does not fail it. The caller still owns the clients and
 // closes them after the Quorum.
 func NewQuorumWith(opts QuorumOptions, clients ...rueidis.Client) (*Quorum, error) {
-	if len(clients) == 0 {
-		return nil, fmt.Errorf("%w: a quorum needs at least one rueidis client (one per independent master)", ErrInvalidOption)
-	}
-	for i, rc := range clients {
-		if rc == nil {
-			return nil, fmt.Errorf("%w: rueidis client %d of %d is nil", ErrInvalidOption, i+1, len(clients))
-		}
-		if !reflect.TypeOf(rc).Comparable() {
-			continue
-		}
-		for j := range i {
-			if reflect.TypeOf(clients[j]) == reflect.TypeOf(rc) && clients[j] == rc {
-				return nil, fmt.Errorf("%w: rueidis clients %d and %d are the same client: a quorum needs independent masters", ErrInvalidOption, j+1, i+1)
-			}
-		}
+	if err := checkQuorumClients(clients); err != nil {
+		return nil, err
 	}
 	copts := append([]Option{WithKeyPrefix(DefaultQuorumKeyPrefix)}, opts.ClientOptions...)
 	copts = append(copts, WithLinger(0))
@@ -249,6 +236,27 @@ func NewQuorumWith(opts QuorumOptions, clients ...rueidis.Client) (*Quorum, erro
 		gateDown: make([]atomic.Int64, len(clients)),
 		closed:   make(chan struct{}),
 	}, nil
+}
+
+// checkQuorumClients refuses no clients, a nil one, and one given twice.
+func checkQuorumClients(clients []rueidis.Client) error {
+	if len(clients) == 0 {
+		return fmt.Errorf("%w: a quorum needs at least one rueidis client (one per independent master)", ErrInvalidOption)
+	}
+	for i, rc := range clients {
+		if rc == nil {
+			return fmt.Errorf("%w: rueidis client %d of %d is nil", ErrInvalidOption, i+1, len(clients))
+		}
+		if !reflect.TypeOf(rc).Comparable() {
+			continue
+		}
+		for j := range i {
+			if reflect.TypeOf(clients[j]) == reflect.TypeOf(rc) && clients[j] == rc {
+				return fmt.Errorf("%w: rueidis clients %d and %d are the same client: a quorum needs independent masters", ErrInvalidOption, j+1, i+1)
+			}
+		}
+	}
+	return nil
 }
 
 // Masters returns the number of masters N.
