@@ -163,27 +163,27 @@ func (qm *QuorumMutex) chase(ctx context.Context, r *round, timeout time.Duratio
 	if limit := r.votes[r.gate].sent.At().Add(r.lease / 4); limit.Before(deadline) {
 		deadline = limit
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	chaseCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for delay := time.Millisecond; !r.won && r.taken > 0 && r.failed <= len(q.masters)-q.major && r.unacked == 0; delay *= 2 {
 		t := time.NewTimer(delay)
 		select {
-		case <-ctx.Done():
+		case <-chaseCtx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		if ctx.Err() != nil {
+		if chaseCtx.Err() != nil {
 			return
 		}
 		var wg sync.WaitGroup
 		for i, v := range r.votes {
 			if v.kind == voteTaken {
-				wg.Go(func() { r.votes[i] = qm.ask(ctx, q.masters[i].c, r.owner, r.lease, timeout, nil) })
+				wg.Go(func() { r.votes[i] = qm.ask(chaseCtx, q.masters[i].c, r.owner, r.lease, timeout, nil) })
 			}
 		}
 		wg.Wait()
-		r.count(ctx, q.major)
+		r.count(ctx, q.major) // (a majority made at the deadline still wins)
 	}
 }
 
@@ -318,6 +318,10 @@ func (qm *QuorumMutex) askAcked(ctx context.Context, c *core.Client, keys, args 
 		// with a tombstone too.
 		late := v.kind == voteGranted || !isRedis && !errors.Is(err, syscall.ECONNREFUSED)
 		return vote{err: err, late: late}
+	case v.kind == voteGranted && c.Unacked(acked) && ctx.Err() != nil:
+		// WAIT was cut short by ctx (a chase's deadline, say), not by the
+		// acknowledgement timeout: the replicas are not known to lag.
+		return vote{err: ctx.Err(), late: true}
 	case v.kind == voteGranted && c.Unacked(acked):
 		return vote{kind: voteUnacked, err: c.NotReplicated(ctx, acked)}
 	}
