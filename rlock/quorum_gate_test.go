@@ -25,10 +25,7 @@ func TestQuorumContendersMeetAtTheGate(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const quorums, workers, rounds = 3, 3, 8
 	all := []int{0, 1, 2, 3, 4}
-	var ms []*rlock.QuorumMutex
-	for range quorums {
-		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("meet"))
-	}
+	ms := e.mutexes(quorums, "meet", rlock.QuorumOptions{})
 	before := e.scripts(all...)
 	e.contend(e.ctx, ms, workers, rounds, nil, nil)
 	per := float64(e.scripts(all...)-before) / (quorums * workers * rounds)
@@ -81,6 +78,16 @@ func (e *qEnv) contend(ctx context.Context, ms []*rlock.QuorumMutex, workers, ro
 	if n := overlaps.Load(); n > 0 {
 		e.t.Fatalf("%d acquisitions overlapped another", n)
 	}
+}
+
+// mutexes returns the lock called name of n Quorums of its own over e's
+// masters, each with opts.
+func (e *qEnv) mutexes(n int, name string, opts rlock.QuorumOptions) []*rlock.QuorumMutex {
+	var ms []*rlock.QuorumMutex
+	for range n {
+		ms = append(ms, e.quorum(opts).Mutex(name))
+	}
+	return ms
 }
 
 // lockAndUnlock runs m.Lock then m.Unlock in the background and sends the
@@ -326,10 +333,7 @@ func TestQuorumGateFailsUnderContention(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			e := qNewEnv(t, 5)
 			const quorums, workers, rounds = 3, 2, 8
-			var ms []*rlock.QuorumMutex
-			for range quorums {
-				ms = append(ms, e.quorum(rlock.QuorumOptions{AttemptTimeout: 50 * time.Millisecond}).Mutex("failing"))
-			}
+			ms := e.mutexes(quorums, "failing", rlock.QuorumOptions{AttemptTimeout: 50 * time.Millisecond})
 			gate := rlock.QuorumGate(ms[0])
 			var faulted atomic.Bool
 			ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
@@ -463,10 +467,7 @@ func TestQuorumGateDiesWhileWaiterSleeps(t *testing.T) {
 func TestQuorumGateOnlyHolderUnderContention(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const quorums, workers, rounds = 3, 3, 6
-	var ms []*rlock.QuorumMutex
-	for range quorums {
-		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("stuck"))
-	}
+	ms := e.mutexes(quorums, "stuck", rlock.QuorumOptions{})
 	gate := rlock.QuorumGate(ms[0])
 	e.fakeHold(gate, "stuck", "gone:1", time.Minute)
 	start := time.Now()

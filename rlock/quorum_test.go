@@ -280,10 +280,7 @@ func TestQuorumMasterRestartedMidHold(t *testing.T) {
 func TestQuorumMutualExclusion(t *testing.T) {
 	e := qNewEnv(t, 5)
 	const quorums, workers, rounds = 3, 3, 6
-	var ms []*rlock.QuorumMutex
-	for range quorums {
-		ms = append(ms, e.quorum(rlock.QuorumOptions{}).Mutex("counter"))
-	}
+	ms := e.mutexes(quorums, "counter", rlock.QuorumOptions{})
 	var counter atomic.Int64
 	e.contend(e.ctx, ms, workers, rounds, func(int64) {
 		v := counter.Load() // a read-modify-write that overlapping holders would break
