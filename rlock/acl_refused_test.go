@@ -118,32 +118,29 @@ func TestACLRefusedLockLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestACLRefusedPublishHandsNothingOff: an Unlock whose hand-off to a queued
-// waiter cannot be announced (PUBLISH revoked) does not grant the lock to
-// that waiter behind its back: it fails with ErrPermission naming PUBLISH,
-// the lock is left as it was (so the abandon the error reports is true), no
-// key is left without an expiry, and the waiter takes the lock when the
-// abandoned hold runs out.
-func TestACLRefusedPublishHandsNothingOff(t *testing.T) {
+// TestACLRefusedHandOffHandsNothingOff: an Unlock whose hand-off to a queued
+// waiter it may not make, or not announce (a command of the hand-off
+// revoked, PUBLISH among them), does not grant the lock to that waiter
+// behind its back: it fails with ErrPermission naming the command, the lock
+// is left as it was (so the abandon the error reports is true), no key is
+// left without an expiry, and the waiter takes the lock when the abandoned
+// hold runs out.
+func TestACLRefusedHandOffHandsNothingOff(t *testing.T) {
 	t.Parallel()
+	for _, cmd := range []string{"PUBLISH", "ZREM", "DEL", "HSET", "ZADD"} {
+		t.Run(strings.ToLower(cmd), func(t *testing.T) {
+			t.Parallel()
+			testACLRefusedHandOff(t, cmd)
+		})
+	}
+}
+
+func testACLRefusedHandOff(t *testing.T, cmd string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := redistest.Owned(t)
-	setACLUser(t, ctx, srv, aclRules)
-	admin := redistest.Client(t, srv)
-	user, err := rlock.New(redistest.Client(t, srv, userOption), rlock.WithWatchdogTimeout(aclLease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = user.Close() })
-	other, err := rlock.New(admin, rlock.WithWatchdogTimeout(aclLease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
-
-	const lock = "refused-publish"
-	const key = "rlock:{" + lock + "}"
+	admin, user, other, revoke := refusedClients(t, ctx, rlock.WithWatchdogTimeout(aclLease))
+	lock := "refused-handoff-" + strings.ToLower(cmd)
+	key := "rlock:{" + lock + "}"
 	held, err := user.Mutex(lock).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -157,14 +154,12 @@ func TestACLRefusedPublishHandsNothingOff(t *testing.T) {
 	if err != nil || len(before) != 1 {
 		t.Fatalf("HKEYS of the held lock = %q, %v", before, err)
 	}
-	if _, err := srv.Do(ctx, "ACL", "SETUSER", aclUserName, "-publish"); err != nil {
-		t.Fatal(err)
-	}
+	revoke(cmd)
 	err = user.Mutex(lock).Unlock(held)
-	checkRefused(t, "Unlock", err, "PUBLISH")
+	checkRefused(t, "Unlock", err, cmd)
 	var ae *rlock.AbandonError
 	if !errors.As(err, &ae) {
-		t.Fatalf("Unlock with PUBLISH revoked: %v; want an AbandonError", err)
+		t.Fatalf("Unlock with %s revoked: %v; want an AbandonError", cmd, err)
 	}
 	after, err := hkeysOwners(admin.Do(ctx, admin.B().Hkeys().Key(key).Build()))
 	if err != nil || len(after) > 0 && !slices.Equal(after, before) {
@@ -184,6 +179,37 @@ func TestACLRefusedPublishHandsNothingOff(t *testing.T) {
 	}
 	if keys := lockKeysWithoutExpiry(t, ctx, admin, lock); len(keys) > 0 {
 		t.Errorf("keys left without an expiry at the end: %q", keys)
+	}
+}
+
+// TestACLHandOffNeedsOnlyWhatItRuns: an Unlock that hands the lock to a
+// queued waiter is not refused a command that only joining the queue runs
+// (ZCARD): the waiter gets the lock at once.
+func TestACLHandOffNeedsOnlyWhatItRuns(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, user, other, revoke := refusedClients(t, ctx, rlock.WithWatchdogTimeout(aclLease))
+	const lock = "handoff-zcard"
+	held, err := user.Mutex(lock).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := lockAsync(ctx, other.Mutex(lock))
+	eventually(t, 10*time.Second, "the waiter never queued", func() bool {
+		n, err := admin.Do(ctx, admin.B().Zcard().Key("rlock:{"+lock+"}:queue").Build()).AsInt64()
+		return err == nil && n > 0
+	})
+	revoke("ZCARD")
+	if err := user.Mutex(lock).Unlock(held); err != nil {
+		t.Fatalf("Unlock with ZCARD revoked: %v", err)
+	}
+	r := receiveLock(t, waiting, 5*time.Second, "the waiter's Lock")
+	if r.err != nil {
+		t.Fatalf("the waiter's Lock: %v", r.err)
+	}
+	if err := other.Mutex(lock).Unlock(r.lc); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -10,7 +10,8 @@
 -- a further round trip. first..last is a block of fencing tokens reserved for
 -- the new holder: it takes the first and may give the rest to goroutines of
 -- its own process it passes the lock to (cohorting); any later acquisition
--- gets a higher token. left is the number of waiters still queued behind it.
+-- gets a higher token. left says whether waiters are still queued behind it:
+-- their number, counted up to QUEUE_CHASE.
 -- The waiter takes only a grant whose tokens are above the fencing counter
 -- its last check saw (fence_seen), so a grant it let lapse is never taken
 -- again.
@@ -18,20 +19,24 @@
 -- Whether, by c, this user may run what the Mutex scripts run to hand the
 -- lock hash on, on the queue q and on the fencing counter: with the
 -- commands each script runs on the lock hash, its check before its first
--- write (see lock_denied).
-local function mutex_may(c, lock, q, fence)
+-- write (see lock_denied). serving: the caller only serves the queue (see
+-- queue_may).
+local function mutex_may(c, lock, q, fence, serving)
   return c('HSET', lock) and c('PEXPIRE', lock) and c('PEXPIREAT', lock) and
-    c('DEL', lock) and queue_may(c, q) and fence_may(c, fence)
+    c('DEL', lock) and queue_may(c, q, serving) and fence_may(c, fence)
 end
 
 -- The Mutex's grant (see queue_serve): the head waiter holds the lock from
 -- now on, for its claim window, with a new block of k.block fencing tokens
--- (the hash records the first, and the claim: see lock_hold).
-local function mutex_grant(k, _, arrival, owner, lease, ttl, secret)
+-- (the hash records the first, and the claim: see lock_hold). behind: the
+-- entries queue_head found behind the head; the grant says how many (at
+-- most QUEUE_CHASE), which tells the new holder whether anyone waits after
+-- it, without counting the queue.
+local function mutex_grant(k, _, arrival, owner, lease, ttl, secret, _, behind)
   k.last = fence_tokens(k.fence, k.block, lease)
-  local first, behind = k.last - k.block + 1, redis.call('ZCARD', k.q.queue)
-  lock_hold(k.lock, owner, first, ttl, lease, behind > 0)
-  return queue_proof(secret, arrival, first, k.last, behind)
+  local first = k.last - k.block + 1
+  lock_hold(k.lock, owner, first, ttl, lease, #behind > 0)
+  return queue_proof(secret, arrival, first, k.last, #behind)
 end
 
 -- One grant is heard, and the lock is the head's; one no one heard is undone

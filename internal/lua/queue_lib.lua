@@ -75,14 +75,19 @@ local function queue_grace(lease)
 end
 
 -- Whether, by c, this user may run what this library runs on q's keys (see
--- lock_denied).
-local function queue_may(c, q)
-  local ok = c('TIME') and
-    c('ZRANGE', q.queue) and c('ZSCORE', q.queue) and c('ZADD', q.queue) and
-    c('ZREM', q.queue) and c('ZCARD', q.queue) and c('PEXPIREAT', q.queue) and
+-- lock_denied); serving: what serving the queue runs (queue_head,
+-- queue_dequeue, queue_chase), not what joining it does, for a caller that
+-- only serves (each check costs a script about a microsecond on a server
+-- that was idle).
+local function queue_may(c, q, serving)
+  local ok = c('TIME') and c('ZRANGE', q.queue) and c('ZREM', q.queue) and
     c('ZRANGE', q.waiters) and c('ZRANGEBYSCORE', q.waiters) and
-    c('ZSCORE', q.waiters) and c('ZADD', q.waiters) and c('ZREM', q.waiters) and
-    c('PEXPIREAT', q.waiters)
+    c('ZSCORE', q.waiters) and c('ZADD', q.waiters) and c('ZREM', q.waiters)
+  if serving then
+    return ok
+  end
+  ok = ok and c('ZSCORE', q.queue) and c('ZADD', q.queue) and c('ZCARD', q.queue) and
+    c('PEXPIREAT', q.queue) and c('PEXPIREAT', q.waiters)
   return ok and (not q.seq or c('SET', q.seq, '1', 'GET') and c('PEXPIREAT', q.seq))
 end
 
@@ -247,8 +252,10 @@ end
 --                              served); nil to drop it silently (not written
 --                              by this version, as an entry queue_parse
 --                              refuses)
---   k.grant(k, head, arrival, owner, lease, ttl, secret, ask)  makes the
---                              grant, the head being dequeued, and returns
+--   k.grant(k, head, arrival, owner, lease, ttl, secret, ask, behind)
+--                              makes the grant, the head being dequeued
+--                              (behind: the entries after it, as queue_head
+--                              returns them), and returns
 --                              its proofs, nil when unannounced (serving
 --                              stops); for a batch granted together, also
 --                              the entries then at the head (as queue_head
@@ -305,7 +312,7 @@ local function queue_serve(q, self, publish, k, pre)
         lock_publish(publish, channel, '@' .. to)
       end
     elseif fit then
-      local proofs, rest, shortest = k.grant(k, head, arrival, owner, lease, ttl, secret, ask)
+      local proofs, rest, shortest = k.grant(k, head, arrival, owner, lease, ttl, secret, ask, behind)
       if not proofs then
         break
       end

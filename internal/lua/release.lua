@@ -116,7 +116,7 @@ end
 local first = left <= 0 and (queued and queue_first(q) or {})
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and mutex_may(c, lock, q, fence)
+    return c('SET', KEYS[7]) and mutex_may(c, lock, q, fence, ARGV[8] == '')
   end)
 elseif left <= 0 then
   denied = lock_denied(function(c)
