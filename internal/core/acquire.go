@@ -81,7 +81,7 @@ type Reply struct {
 	Token  uint64        // fencing token, when the kind has one
 	Last   uint64        // last token of a range granted (the Mutex's cohort)
 	Count  int64         // hold count
-	Left   int64         // queued waiters left behind the grant
+	Left   int64         // queued waiters left behind the grant (from a grant message: counted up to 2)
 	Got    int64         // permits taken
 	Acked  int64         // replicas that acknowledged (WithReplicaAck); -1: none asked
 }
