@@ -162,7 +162,7 @@ else
     -- Queued before the hand-off, so that the grant counts it among the
     -- waiters behind the new holder (which then knows to take turns).
     queue_enqueue(q, ARGV[8], tonumber(ARGV[9]), nil, 'blind')
-    if #behind < QUEUE_CHASE and head ~= ARGV[8] then
+    if #behind < QUEUE_CHASE and head ~= ARGV[8] and behind[1] ~= ARGV[8] then
       behind[#behind + 1] = ARGV[8]
     end
     local granted, last
