@@ -193,7 +193,7 @@ func (a *rwAcquisition) Hold(ctx context.Context, _ *core.Acquisition) (context.
 func (rw *RWMutex) releaseDropped(h *core.Hold, write bool) (released bool, err error) {
 	for {
 		before, _ := h.Count()
-		err := rw.release(context.Background(), h, write, rw.c.NewID(), false)
+		err := rw.release(context.Background(), h, write, false)
 		switch {
 		case errors.Is(err, ErrNotHeld) && !released:
 			return false, nil // ended meanwhile
@@ -275,14 +275,14 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 		if l == nil {
 			return rw.noHold(lockCtx, write)
 		}
-		return rw.release(lockCtx, l.h, write, rw.c.NewID(), true)
+		return rw.release(lockCtx, l.h, write, true)
 	}
 	start := time.Now()
 	var err error
 	final := false
 	if l == nil {
 		err = rw.noHold(lockCtx, write)
-	} else if err = rw.release(lockCtx, l.h, write, rw.c.NewID(), true); err == nil {
+	} else if err = rw.release(lockCtx, l.h, write, true); err == nil {
 		final, _ = l.h.State()
 	}
 	kind, op := rwReadKind, "RUnlock"
@@ -297,17 +297,17 @@ func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 // id for up to the unlock timeout, and the hold given up when its outcome
 // stays unknown. caller: Unlock or RUnlock waits for it (see
 // core.Release.Caller).
-func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, requestID string, caller bool) error {
-	r := &rwRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: caller}, rw: rw, write: write, requestID: requestID}
+func (rw *RWMutex) release(lockCtx context.Context, h *core.Hold, write bool, caller bool) error {
+	r := &rwRelease{Release: core.Release{Hold: h, Op: "unlock", Ended: ErrUnlocked, Caller: caller}, rw: rw, write: write, req: newRequest(rw.c)}
 	return r.Run(lockCtx, r)
 }
 
 // rwRelease is one release of an RWMutex hold (see core.Releaser).
 type rwRelease struct {
 	core.Release
-	rw        *RWMutex
-	write     bool
-	requestID string
+	rw    *RWMutex
+	write bool
+	req   *request // one id for every attempt of the release
 }
 
 // Pass is false: an RWMutex has no turns.
@@ -318,7 +318,7 @@ func (r *rwRelease) Round(ctx context.Context, _ *core.Release, _ core.Ticket) (
 	rw, h := r.rw, r.Hold
 	var left int64
 	err := core.RetryTransient(ctx, func() (err error) {
-		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), r.write, r.requestID, r.Lease, h.LateAttempts())
+		left, err = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), r.write, r.req, r.Lease, h.LateAttempts())
 		rw.c.NoteError(err)
 		return err
 	})

@@ -15,10 +15,10 @@ import (
 func (rw *RWMutex) reentryUnacked(ctx context.Context, h *core.Hold, write bool, lease time.Duration, acked int64) error {
 	what := lockWord(write)
 	err := notReplicated(ctx, rw.c, acked)
-	requestID := rw.c.NewID()
+	req := newRequest(rw.c)
 	var left int64
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		left, e = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), write, requestID, lease, false)
+		left, e = rwReleaseScript(ctx, rw.c, rw.keys, h.Owner(), write, req, lease, false)
 		rw.c.NoteError(e)
 		return e
 	})

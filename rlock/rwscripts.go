@@ -145,14 +145,18 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 
 // rwReleaseScript runs rw_release.lua: it returns the levels left, or -1 when
 // owner holds no such hold. bury leaves a tombstone of owner when the hold
-// ends: an acquisition attempt of it may still run late.
-func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, requestID string, lease time.Duration, bury bool) (int64, error) {
+// ends: an acquisition attempt of it may still run late. req is the
+// release's request: only a retry reads its latch.
+func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string, write bool, req *request, lease time.Duration, bury bool) (int64, error) {
 	tombstone := "0"
 	if bury {
 		tombstone = ms(c.Cfg.WatchdogTimeout)
 	}
-	vals, err := lua.RWRelease.Exec(ctx, c.RC, k.with(k.latch(requestID), k.tombstone(owner)),
-		[]string{owner, modeArg(write), ms(lease), publishCommand(ctx, c), k.readCh, k.grantPrefix, latchLifetime(c), tombstone}).AsIntSlice()
+	resent := flag(req.sent)
+	req.sent = true
+	vals, err := lua.RWRelease.Exec(ctx, c.RC, k.with(k.latch(req.id), k.tombstone(owner)),
+		[]string{owner, modeArg(write), ms(lease), publishCommand(ctx, c), k.readCh, k.grantPrefix, latchLifetime(c), tombstone,
+			resent}).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}

@@ -85,7 +85,11 @@ if ARGV[4] == '1' then
   return {1, 0, count}
 end
 
-if redis.call('EXISTS', KEYS[8]) == 1 then
+-- One EXISTS of the tombstone and of what holds or waits: none of them
+-- (the common case) decides both; the tombstone is looked up apart only
+-- when something exists.
+local found = redis.call('EXISTS', KEYS[8], KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4])
+if found > 0 and redis.call('EXISTS', KEYS[8]) == 1 then
   return {-2}
 end
 -- No writer holds and no one is queued, and for a writer no reader holds
@@ -95,14 +99,14 @@ end
 -- took is granted again: count 1 and a lease from now, as held() renews it.
 -- A read lock under the caller's write hold, ARGV[10], takes the general
 -- path, which checks that hold.)
-if ARGV[10] == '' and redis.call('EXISTS', KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4]) == 0 then
+if ARGV[10] == '' and found == 0 then
   if mode == 'r' then
     rw_grant_reader(now, owner, lease)
     return {1, fence_now(KEYS[7], lease), 1}
   end
   return {1, rw_grant_writer(owner, lease, lease), 1}
 end
-rw_reclaim(now)
+local readers = rw_reclaim(now)
 
 -- The hold of this owner, if it has one: granted while it was queued (its
 -- message may be lost or late), or taken by an attempt whose reply was lost.
@@ -138,26 +142,44 @@ if mode == 'r' and ARGV[10] ~= '' then
 end
 
 -- The lock may be free for those queued first (a lease ran out, say).
-denied = rw_serve(now, owner, publish, readch, grants)
+local seen
+denied, seen = rw_serve(now, owner, publish, readch, grants)
 if denied then
   return denied
 end
-mine = held()
-if mine then
-  return mine
+if not seen then
+  -- Something was granted: perhaps to us; the lock and the readers are
+  -- read again.
+  mine = held()
+  if mine then
+    return mine
+  end
+  readers = nil
 end
 local entry = queue_entry(owner, lease, ARGV[12], ARGV[13], mode)
-if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
+local free
+if seen then
+  free = seen.free
+else
+  free = redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0
+end
+if free then
   if mode == 'r' then
     rw_grant_reader(now, owner, lease)
     return {1, fence_now(KEYS[7], lease), 1}
   end
-  if redis.call('ZCARD', KEYS[2]) == 0 then
+  -- (No reader holds when the first that rw_reclaim read is none, if no
+  -- grant came since.)
+  local reading = readers and readers[1] ~= nil
+  if readers == nil then
+    reading = redis.call('ZCARD', KEYS[2]) > 0
+  end
+  if not reading then
     return {1, rw_grant_writer(owner, lease, lease), 1}
   end
 end
 
-local wait = rw_wait(now)
+local wait = rw_wait(now, readers)
 local arrival = 0
 if ARGV[5] == '1' then
   local recheck = tonumber(ARGV[6])

@@ -64,11 +64,14 @@ local function rw_may(c)
     queue_may(c, rwq) and fence_may(c, KEYS[7]) and c('PTTL', KEYS[7])
 end
 
--- Drops the readers whose lease ran out.
+-- Drops the readers whose lease ran out. Returns what it read of the
+-- readers zset, its first entry with its score ({} when none), when it
+-- dropped none (nil when it did): a caller that changes no reader may pass
+-- it to rw_wait instead of a second read.
 local function rw_reclaim(now)
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if not first[1] or tonumber(first[2]) > now then
-    return
+    return first
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
   for _, owner in ipairs(gone) do
@@ -78,12 +81,17 @@ local function rw_reclaim(now)
 end
 
 -- Gives owner a read hold (count 1) with a lease of lease ms from now;
--- claimed for a grant of a claim window (see lease_score).
-local function rw_grant_reader(now, owner, lease, claimed)
+-- claimed for a grant of a claim window (see lease_score). Returns the end of
+-- that lease; batch: the caller grants several readers and keeps the keys
+-- past the latest lease once (fence_keep), after the last.
+local function rw_grant_reader(now, owner, lease, claimed, batch)
   local at = now + tonumber(lease)
   redis.call('ZADD', KEYS[2], lease_score(at, claimed), owner)
   redis.call('HSET', KEYS[3], owner, 1)
-  fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
+  if not batch then
+    fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
+  end
+  return at
 end
 
 -- Sets the lease of owner's read hold afresh (it must hold): no claim any
@@ -114,7 +122,11 @@ end
 -- not write. A grant to the caller (k.self) alone is not announced.
 local function rw_fits(k, owner, mode)
   if not owner then
-    return redis.call('EXISTS', KEYS[1]) == 0
+    -- (k.freed: the caller just deleted the writer hash, and nothing was
+    -- granted since.)
+    k.free = k.freed or redis.call('EXISTS', KEYS[1]) == 0
+    k.freed = nil
+    return k.free
   elseif mode == 'w' then
     if redis.call('ZCARD', KEYS[2]) > 0 then
       return false -- readers hold: the last to leave serves the writer
@@ -132,12 +144,13 @@ end
 -- not announced. The readers' proofs name the token of the last writer,
 -- which they share; k.others are the readers announced.
 local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
-  k.others = nil
+  k.others, k.granted = nil, true
   if mode == 'w' then
     local token = rw_grant_writer(owner, ttl, lease)
     return owner ~= k.self and queue_proof(secret, arrival, token) or nil
   end
   local batch, others, proofs, shortest, token = k.batch, {}, {}, nil, nil
+  local latest = 0
   local i = 1
   while i <= #batch do
     local o, l, t, s, m = queue_parse(batch[i])
@@ -146,7 +159,7 @@ local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
     elseif i > 1 then
       queue_dequeue(rwq, batch[i])
     end
-    rw_grant_reader(k.now, o, t, t < l)
+    latest = math.max(latest, rw_grant_reader(k.now, o, t, t < l, true))
     if o ~= k.self then
       token = token or fence_now(KEYS[7], l)
       others[#others + 1] = o
@@ -156,6 +169,9 @@ local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
       end
     end
     i = i + 2
+  end
+  if latest > 0 then
+    fence_keep(KEYS[7], k.now, latest, KEYS[2], KEYS[3])
   end
   k.others = others
   -- The entries now at the head: past the batch when it took them all.
@@ -186,17 +202,29 @@ end
 -- this file and queue_serve). self is the calling owner: a grant to it is not
 -- announced, and runs for its whole lease once the caller finds it. publish
 -- is PUBLISH, SPUBLISH or PUBLISH? (see publish_lib.lua), readch the read
--- channel, grants the grant channel prefix. Call rw_reclaim first. Returns
--- the refusal queue_serve returns, if any.
-local function rw_serve(now, self, publish, readch, grants)
-  return select(2, queue_serve(rwq, nil, publish, {self = self, grants = grants, tag = RW_READ_TAG,
-    channel = readch, now = now, fits = rw_fits, grant = rw_grant, settle = rw_settle}))
+-- channel, grants the grant channel prefix; freed: the caller just deleted
+-- the writer hash (it need not be looked up). Call rw_reclaim first.
+-- Returns the refusal queue_serve returns, if any, and what the serving saw
+-- when it granted nothing (else nil): whether the lock was free for a new
+-- holder then (no writer holds, no one is queued), as the caller would find
+-- it by reading again.
+local function rw_serve(now, self, publish, readch, grants, freed)
+  local k = {self = self, grants = grants, tag = RW_READ_TAG, channel = readch, now = now,
+    fits = rw_fits, grant = rw_grant, settle = rw_settle, freed = freed}
+  local served, refusal = queue_serve(rwq, nil, publish, k)
+  if k.granted then
+    return refusal, nil
+  end
+  -- (served is nil when the loop found no head: the queue is empty.)
+  return refusal, {free = k.free and served == nil}
 end
 
 -- How long a waiter may sleep before something may change without a message:
 -- the writer's remaining lease or the earliest reader's (ms), -1 when the
 -- writer hash has no expiry (not set by this library), 0 when nothing holds.
-local function rw_wait(now)
+-- readers: the readers zset's first entry with its score, if the caller
+-- knows it (see rw_reclaim).
+local function rw_wait(now, readers)
   local wait = nil
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl == -1 then
@@ -204,7 +232,7 @@ local function rw_wait(now)
   elseif pttl >= 0 then
     wait = pttl
   end
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local first = readers or redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if first[1] then
     local left = math.max(lease_end(first[2]) - now, 0)
     if not wait or left < wait then

@@ -18,6 +18,9 @@
 -- ARGV[8]    tombstone lifetime in milliseconds, or '0': when an acquisition
 --            attempt of this owner field may still run late (its reply was
 --            lost), freeing it leaves a tombstone so that it is refused
+-- ARGV[9]    '0' when no earlier attempt of this request was sent: the latch
+--            is not read (a first attempt cannot find one); else, or when
+--            missing (an older Client), it is
 --
 -- Returns {left}: the levels left (0: the hold is gone), or {-1} when the
 -- owner holds no such hold (never did, or its lease ran out); a NOPERM error
@@ -33,7 +36,7 @@ end)
 if denied then
   return denied
 end
-local done = redis.call('GET', KEYS[8])
+local done = ARGV[9] ~= '0' and redis.call('GET', KEYS[8])
 if done then
   return {tonumber(done)}
 end
@@ -67,7 +70,7 @@ else
   else
     rw_drop_reader(owner)
   end
-  denied = rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6])
+  denied = rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6], mode == 'w')
   if denied then
     return denied -- freed, not handed on: final, not retried (no latch)
   end
