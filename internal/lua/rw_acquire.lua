@@ -58,6 +58,15 @@ if denied then
 end
 local now = now_ms()
 
+-- Takes the read lock for owner (count 1, a lease from now); the reply. The
+-- token is read first: a counter that is missing is made there, and the
+-- grant then keeps it FENCE_KEEP_MS past the lease (fence_keep).
+local function rw_take_read()
+  local token = fence_now(KEYS[7], lease)
+  rw_grant_reader(now, owner, lease)
+  return {1, token, 1}
+end
+
 if ARGV[4] == '1' then
   local done = redis.call('GET', KEYS[9])
   if done then
@@ -101,8 +110,7 @@ end
 -- path, which checks that hold.)
 if ARGV[10] == '' and found == 0 then
   if mode == 'r' then
-    rw_grant_reader(now, owner, lease)
-    return {1, fence_now(KEYS[7], lease), 1}
+    return rw_take_read()
   end
   return {1, rw_grant_writer(owner, lease, lease), 1}
 end
@@ -120,8 +128,9 @@ local function held()
   else
     local count = redis.call('HGET', KEYS[3], owner)
     if count then
+      local token = fence_now(KEYS[7], lease)
       rw_renew_reader(now, owner, lease)
-      return {1, fence_now(KEYS[7], lease), tonumber(count)}
+      return {1, token, tonumber(count)}
     end
   end
   return nil
@@ -137,8 +146,7 @@ if mode == 'r' and ARGV[10] ~= '' then
   if redis.call('HEXISTS', KEYS[1], ARGV[10]) == 0 then
     return {-1}
   end
-  rw_grant_reader(now, owner, lease)
-  return {1, fence_now(KEYS[7], lease), 1}
+  return rw_take_read()
 end
 
 -- The lock may be free for those queued first (a lease ran out, say).
@@ -165,8 +173,7 @@ else
 end
 if free then
   if mode == 'r' then
-    rw_grant_reader(now, owner, lease)
-    return {1, fence_now(KEYS[7], lease), 1}
+    return rw_take_read()
   end
   -- (No reader holds when the first that rw_reclaim read is none, if no
   -- grant came since.)

@@ -129,6 +129,7 @@ local function rw_fits(k, owner, mode)
     return k.free
   elseif mode == 'w' then
     if redis.call('ZCARD', KEYS[2]) > 0 then
+      k.blocked = true
       return false -- readers hold: the last to leave serves the writer
     end
     return owner ~= k.self or 'quiet'
@@ -212,7 +213,10 @@ local function rw_serve(now, self, publish, readch, grants, freed)
   local k = {self = self, grants = grants, tag = RW_READ_TAG, channel = readch, now = now,
     fits = rw_fits, grant = rw_grant, settle = rw_settle, freed = freed}
   local served, refusal = queue_serve(rwq, nil, publish, k)
-  if k.granted then
+  if k.granted or served == false and k.free and not k.blocked then
+    -- (The second: the lock free, no head that waits, yet served is not
+    -- nil: the loop ran out of its QUEUE_SERVE_MAX passes dropping
+    -- entries, and did not see the queue to its end.)
     return refusal, nil
   end
   -- (served is nil when the loop found no head: the queue is empty.)
