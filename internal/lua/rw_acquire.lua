@@ -186,7 +186,7 @@ if free then
   end
 end
 
-local wait = rw_wait(now, readers)
+local wait = rw_wait(now, readers, seen and seen.pttl)
 local arrival = 0
 if ARGV[5] == '1' then
   local recheck = tonumber(ARGV[6])

@@ -123,9 +123,9 @@ end
 local function rw_fits(k, owner, mode)
   if not owner then
     -- (k.freed: the caller just deleted the writer hash, and nothing was
-    -- granted since.)
-    k.free = k.freed or redis.call('EXISTS', KEYS[1]) == 0
-    k.freed = nil
+    -- granted since. PTTL, not EXISTS: rw_wait reads it too.)
+    k.pttl = k.freed and -2 or redis.call('PTTL', KEYS[1])
+    k.free, k.freed = k.pttl == -2, nil
     return k.free
   elseif mode == 'w' then
     if redis.call('ZCARD', KEYS[2]) > 0 then
@@ -220,17 +220,17 @@ local function rw_serve(now, self, publish, readch, grants, freed)
     return refusal, nil
   end
   -- (served is nil when the loop found no head: the queue is empty.)
-  return refusal, {free = k.free and served == nil}
+  return refusal, {free = k.free and served == nil, pttl = k.pttl}
 end
 
 -- How long a waiter may sleep before something may change without a message:
 -- the writer's remaining lease or the earliest reader's (ms), -1 when the
 -- writer hash has no expiry (not set by this library), 0 when nothing holds.
--- readers: the readers zset's first entry with its score, if the caller
--- knows it (see rw_reclaim).
-local function rw_wait(now, readers)
+-- readers: the readers zset's first entry with its score, and pttl the
+-- writer hash's PTTL, if the caller knows them (see rw_reclaim, rw_serve).
+local function rw_wait(now, readers, pttl)
   local wait = nil
-  local pttl = redis.call('PTTL', KEYS[1])
+  pttl = pttl or redis.call('PTTL', KEYS[1])
   if pttl == -1 then
     return -1
   elseif pttl >= 0 then
