@@ -778,30 +778,38 @@ func TestRWUncontendedCommands(t *testing.T) {
 		most  float64
 	}{{false, 22}, {true, 13}} {
 		rwUnlock(t, rw, rwLock(t, e.ctx, rw, tc.write), tc.write) // scripts loaded
-		before, err := e.srv.CommandStats(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		const n = 10
-		for range n {
-			rwUnlock(t, rw, rwLock(t, e.ctx, rw, tc.write), tc.write)
-		}
-		after, err := e.srv.CommandStats(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var calls int64
-		for cmd, c := range after {
-			if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
-				calls += c - before[cmd]
-			}
-		}
-		if per := float64(calls) / n; per > tc.most {
+		per, after := e.commandsPer(10, func() { rwUnlock(t, rw, rwLock(t, e.ctx, rw, tc.write), tc.write) })
+		if per > tc.most {
 			t.Errorf("write %v: %.1f Redis commands per uncontended lock and unlock, want at most %v (%v)", tc.write, per, tc.most, after)
 		} else {
 			t.Logf("write %v: %.1f Redis commands per uncontended lock and unlock", tc.write, per)
 		}
 	}
+}
+
+// commandsPer runs op n times and returns the commands Redis ran per run
+// (Lua's included; the clients' connection set-up and INFO left out), and
+// the counts after them by command.
+func (e *ftEnv) commandsPer(n int, op func()) (float64, map[string]int64) {
+	e.t.Helper()
+	before, err := e.srv.CommandStats(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for range n {
+		op()
+	}
+	after, err := e.srv.CommandStats(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var calls int64
+	for cmd, c := range after {
+		if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
+			calls += c - before[cmd]
+		}
+	}
+	return float64(calls) / float64(n), after
 }
 
 // TestRWContendedAttemptCommands counts the Redis commands of an attempt
@@ -826,27 +834,12 @@ func TestRWContendedAttemptCommands(t *testing.T) {
 		if _, err := try(e.ctx); !errors.Is(err, rlock.ErrLocked) { // scripts loaded
 			t.Fatalf("attempt under a hold: %v, want ErrLocked", err)
 		}
-		before, err := e.srv.CommandStats(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		const n = 10
-		for range n {
+		per, after := e.commandsPer(10, func() {
 			if _, err := try(e.ctx); !errors.Is(err, rlock.ErrLocked) {
 				t.Fatalf("attempt under a hold: %v, want ErrLocked", err)
 			}
-		}
-		after, err := e.srv.CommandStats(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var calls int64
-		for cmd, c := range after {
-			if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
-				calls += c - before[cmd]
-			}
-		}
-		if per := float64(calls) / n; per > tc.most {
+		})
+		if per > tc.most {
 			t.Errorf("write hold %v, write attempt %v: %.1f Redis commands per attempt, want at most %v (%v)", tc.held, tc.try, per, tc.most, after)
 		} else {
 			t.Logf("write hold %v, write attempt %v: %.1f Redis commands per attempt", tc.held, tc.try, per)
