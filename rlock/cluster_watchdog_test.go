@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,16 +251,25 @@ func TestClusterWatchdogScale(t *testing.T) {
 		t.Fatalf("rounds %d to %d passed while counting scripts, want 2", r0.N, r2.N)
 	}
 	r3 := waitRounds(ctx, t, wd, r2.N, 1)
+	var took []time.Duration
 	for _, r := range []core.RenewRound{r0, r2, r3} {
 		t.Logf("round %d: %d holds, %d scripts, took %v (period %v)", r.N, r.Holds, r.Scripts, r.Took, period)
 		if r.Holds != holds {
 			t.Errorf("round %d renewed %d holds, want %d", r.N, r.Holds, holds)
 		}
-		// Within the period, so renewals keep up: a generous bound, as the
-		// rounds took 0.3-0.8s on a loaded 2-core machine.
-		if r.Took > period {
-			t.Errorf("round %d took %v, want less than the period %v", r.N, r.Took, period)
+		// A hold renewed early in one round and late in the next waits up
+		// to a period and a round: within its lease (three periods) while
+		// a round takes less than two.
+		if r.Took >= 2*period {
+			t.Errorf("round %d took %v, want less than two periods (%v): a lease could run out between renewals", r.N, r.Took, 2*period)
 		}
+		took = append(took, r.Took)
+	}
+	// Renewals keep up: the middle round within the period. (Single rounds
+	// took 0.3-1.15s on a 2-core machine running two copies of the suite.)
+	slices.Sort(took)
+	if took[1] > period {
+		t.Errorf("rounds took %v, want the middle one within the period %v", took, period)
 	}
 	// Every script is one slot's batch; 10,000 names fill ~7,500 of the
 	// 16,384 slots (one round trip per node carries them all).
