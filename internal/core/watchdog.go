@@ -64,14 +64,10 @@ func (c *Client) runWatchdog() {
 			c.goRenew(done, func() renewDone { return renewDone{c.renewAll(2 * period), until, false} })
 		case <-retry.timer.C:
 			holds, until := retry.holds, retry.until
+			retry.next = time.Time{}
 			c.goRenew(done, func() renewDone { return renewDone{c.renewAgain(holds, 2*period), until, true} })
 		case d := <-done:
-			wait := renewRetryMin
-			if d.again {
-				wait = min(2*retry.wait, renewRetryMax)
-			}
-			retry.until = d.until
-			retry.arm(d.failed, wait)
+			retry.settle(d, time.Now())
 		case <-c.claimWake:
 			c.armClaims(claims)
 		case <-claims.C:
@@ -126,15 +122,36 @@ type renewRetries struct {
 	holds []*Hold
 	wait  time.Duration
 	until time.Time // when the next round is due
+	next  time.Time // when timer fires; zero when it is stopped
 }
 
-// arm schedules a try of holds in wait, unless none failed or the next round
-// comes first.
-func (r *renewRetries) arm(holds []*Hold, wait time.Duration) {
+// settle takes the report d of a round or a try, made at now, and schedules
+// the next try of the holds that failed. Rounds and tries run side by side
+// (see goRenew), so a report may come after a later round's: that round sent
+// every hold again and its own report schedules the tries, so the earlier
+// report changes nothing (taken, its older next-round time would stop the
+// later round's tries, and a hold whose master is failing over would wait a
+// whole period for its next renewal).
+func (r *renewRetries) settle(d renewDone, now time.Time) {
+	if d.until.Before(r.until) {
+		return
+	}
+	wait := renewRetryMin
+	if d.again {
+		wait = min(2*r.wait, renewRetryMax)
+	}
+	r.until = d.until
+	r.arm(d.failed, wait, now)
+}
+
+// arm schedules a try of holds in wait from now, unless none failed or the
+// next round comes first.
+func (r *renewRetries) arm(holds []*Hold, wait time.Duration, now time.Time) {
 	r.timer.Stop()
-	r.holds, r.wait = holds, wait
-	if len(holds) > 0 && time.Now().Add(wait).Before(r.until) {
+	r.holds, r.wait, r.next = holds, wait, time.Time{}
+	if len(holds) > 0 && now.Add(wait).Before(r.until) {
 		r.timer.Reset(wait)
+		r.next = now.Add(wait)
 	}
 }
 
