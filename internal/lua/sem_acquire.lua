@@ -140,5 +140,5 @@ end
 if wait >= 0 then
   recheck = math.min(wait, recheck)
 end
-local arrival, last = queue_enqueue(semq, entry, recheck, sem_arrival, fresh and 'fresh' or nil)
+local arrival, last = sem_enqueue(entry, recheck, fresh and 'fresh' or nil)
 return finish({0, wait, arrival}, last)

@@ -4,7 +4,8 @@
 --
 -- Every semaphore script but sem_renew.lua receives the same first five KEYS:
 --   KEYS[1] state hash: limit; used (permits held); seq (arrival counter,
---           see sem_arrival); auto
+--           see sem_arrival); q ('1' while someone may be queued, see
+--           sem_enqueue); auto
 --           (present when the limit was established by a script from the limit
 --           a Semaphore was configured with, rather than set by TrySetLimit or
 --           SetLimit); pexp (the expiry, server time in ms, of the permits zset
@@ -82,7 +83,7 @@ end
 local st
 
 local function sem_load()
-  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq')
+  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q')
   st = {
     exists = v[1] ~= false or v[2] ~= false or v[4] ~= false or v[5] ~= false,
     limit = tonumber(v[1]),
@@ -91,8 +92,11 @@ local function sem_load()
     pexp = tonumber(v[4]),
     sexp = tonumber(v[5]),
     seq = tonumber(v[6]) or 0,
+    queued = v[7] == '1',
   }
-  st.used0, st.pexp0 = st.used, st.pexp
+  st.used0, st.pexp0, st.seq0, st.queued0 = st.used, st.pexp, st.seq, st.queued
+  -- established: the limit sem_establish set, written by sem_save.
+  st.established = nil
   -- pinned: the permits zset is known to hold a member whatever used says
   -- (the release's own, removed after the hand-off).
   st.pinned = false
@@ -109,10 +113,10 @@ end
 
 -- Establishes limit (a decimal string) if no limit is set, marking it auto:
 -- the state hash then expires when the semaphore is idle. '' does nothing.
+-- sem_save writes it, with the rest of the state.
 local function sem_establish(limit)
   if limit ~= '' and not st.limit then
-    st.limit, st.auto, st.exists = tonumber(limit), true, true
-    redis.call('HSET', KEYS[1], 'limit', limit, 'auto', 1)
+    st.limit, st.auto, st.exists, st.established = tonumber(limit), true, true, limit
   end
 end
 
@@ -150,19 +154,34 @@ local function sem_take(id, n, at, claimed)
 end
 
 -- A new arrival number (see queue_lib.lua), counted in the state hash (a
--- place needs a limit, so the hash exists), read by sem_load: one command
--- per place, as HINCRBY would be. One created afresh (the hash expired when
--- idle, or was lost) starts from the server clock, as queue_arrival does.
+-- place needs a limit, so the hash exists), read by sem_load and written by
+-- sem_save. One created afresh (the hash expired when idle, or was lost)
+-- starts from the server clock, as queue_arrival does.
 local function sem_arrival()
   local a = queue_arrival(st.seq)
   st.seq = a
-  redis.call('HSET', KEYS[1], 'seq', string.format('%d', a))
   return a
+end
+
+-- Joins the queue as queue_enqueue does, with an arrival number of the state
+-- hash, and marks the semaphore as one that may have waiters (q), so that
+-- scripts look at its queue: those that find q unset skip it (see
+-- sem_handoff). Every script that queues a waiter does so through here.
+local function sem_enqueue(entry, recheck, look)
+  st.queued = true
+  return queue_enqueue(semq, entry, recheck, sem_arrival, look)
 end
 
 -- Returns the permits of leases that ended to the pool; bounded per call so no
 -- script runs long. Sets st.first to the earliest lease left (nil for none).
+-- With no permit counted as held there is nothing to look at: every script
+-- that puts a lease in the permits zset counts it in used in the same step
+-- (sem_take), and every one that takes it out uncounts it.
 local function sem_reclaim(now)
+  if st.used == 0 then
+    st.first = nil
+    return
+  end
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if not first[1] then
     -- Nothing held. When the zset expired as a whole (its last lease ended
@@ -230,13 +249,22 @@ end
 -- be served under the current limit, and stops at the first that does not
 -- fit, for which the free permits are kept. self, when given, is the caller's
 -- own entry: when it reaches the head nothing is done for it. inspect looks
--- at the head even when no permit is free (after the limit changed). Returns
+-- at the head even when no permit is free (after the limit changed). Reads
+-- nothing when q says no one is queued (see sem_enqueue) and neither self nor
+-- inspect asks it to. Returns
 -- as queue_serve does: false (with, if so, the refusal) when a waiter is left
 -- that does not fit, or, without inspect, when no permit is free and the
 -- queue was not looked at.
 local function sem_handoff(now, publish, prefix, self, inspect)
-  return queue_serve(semq, self, publish, {grants = prefix, inspect = inspect, now = now,
+  if not st.queued and not self and not inspect then
+    return nil
+  end
+  local mine, refusal = queue_serve(semq, self, publish, {grants = prefix, inspect = inspect, now = now,
     fits = sem_fits, grant = sem_grant, settle = sem_settle})
+  if mine == nil then
+    st.queued = false -- the queue is empty
+  end
+  return mine, refusal
 end
 
 -- Writes back what changed in the state hash and keeps it alive as long as it
@@ -248,6 +276,16 @@ local function sem_save(now, horizon)
     return
   end
   local fields = {}
+  if st.established then
+    fields[#fields + 1], fields[#fields + 2] = 'limit', st.established
+    fields[#fields + 1], fields[#fields + 2] = 'auto', '1'
+  end
+  if st.seq ~= st.seq0 then
+    fields[#fields + 1], fields[#fields + 2] = 'seq', string.format('%d', st.seq)
+  end
+  if st.queued ~= st.queued0 then
+    fields[#fields + 1], fields[#fields + 2] = 'q', st.queued and '1' or '0'
+  end
   if st.used ~= st.used0 then
     fields[#fields + 1] = 'used'
     fields[#fields + 1] = string.format('%d', st.used)

@@ -89,7 +89,7 @@ local function done(s, horizon)
 end
 
 local unqueued = false
-if successor ~= '' and not queue_head(semq) then
+if successor ~= '' and not (st.queued and queue_head(semq)) then
   if ARGV[8] ~= '1' then
     local at = now + tonumber(ARGV[9])
     redis.call('ZADD', KEYS[2], 'XX', at, id)
@@ -109,7 +109,7 @@ local arrival, horizon
 if successor ~= '' then
   -- Queued before the hand-off, so that it is served in the same step when
   -- every waiter ahead of it turns out to be gone.
-  arrival, horizon = queue_enqueue(semq, successor, tonumber(ARGV[7]), sem_arrival, 'fresh')
+  arrival, horizon = sem_enqueue(successor, tonumber(ARGV[7]), 'fresh')
 end
 -- (As the caller's own entry: the waiters served are told of their claims
 -- alone, as the successor learns when to re-check from the reply.)
