@@ -323,6 +323,21 @@ func (h *Hold) extendLocked(t Ticket, lease time.Duration) bool {
 	return true
 }
 
+// Kept records that the release dated by t left levels of the hold in
+// Redis, their lease set to lease (see Extend). When the hold ended here
+// while the release was in flight (it lapsed, see lapse, which leaves a
+// release in flight to answer for itself), no one holds those levels any
+// more: they are given back, rather than left held for a whole lease.
+func (h *Hold) Kept(t Ticket, lease time.Duration) {
+	h.mu.Lock()
+	ok := h.extendLocked(t, lease)
+	ended := h.ended
+	h.mu.Unlock()
+	if !ok && ended {
+		h.freeInBackground()
+	}
+}
+
 // sendRenewal dates a watchdog renewal; ok is false when the hold is no
 // longer the watchdog's to renew.
 func (h *Hold) sendRenewal(lease time.Duration) (t Ticket, ok bool) {

@@ -119,7 +119,7 @@ func (r *Release) settle(k Releaser, reply ReleaseReply, t Ticket) (again bool, 
 		h.End(r.Ended)
 	default:
 		h.SetCount(reply.Left)
-		h.Extend(t, r.Lease)
+		h.Kept(t, r.Lease)
 	}
 	return false, nil
 }
