@@ -141,17 +141,24 @@ func (c *Client) extendClaims() {
 		// Worth waiting for while the earliest validity lasts.
 		ctx, cancel := context.WithTimeout(c.BackgroundContext(), max(budget, claimRetry))
 		defer cancel()
-		c.renewHolds(ctx, due, c.Cfg.WatchdogTimeout, func(h *Hold) {
-			h.mu.Lock()
-			if h.claim > 0 {
-				h.claimDue = time.Now().Add(claimRetry)
+		// Node by node (see renewHolds): a node that hangs holds up no
+		// other node's retries.
+		c.renewHolds(ctx, due, c.Cfg.WatchdogTimeout, func(failed []*Hold) {
+			if len(failed) == 0 {
+				return
 			}
-			h.mu.Unlock()
+			for _, h := range failed {
+				h.mu.Lock()
+				if h.claim > 0 {
+					h.claimDue = time.Now().Add(claimRetry)
+				}
+				h.mu.Unlock()
+			}
+			select { // re-arm the watchdog's claim timer for the retries
+			case c.claimWake <- struct{}{}:
+			default:
+			}
 		})
-		select { // re-arm the watchdog's claim timer for the retries
-		case c.claimWake <- struct{}{}:
-		default:
-		}
 	}()
 }
 

@@ -60,12 +60,11 @@ func (c *Client) runWatchdog() {
 		case <-ticker.C:
 			// A slow renewal is still worth having while the lease lasts:
 			// give it two periods (a third of the lease stays as margin).
-			until := time.Now().Add(period)
-			c.goRenew(done, func() renewDone { return renewDone{c.renewAll(2 * period), until, false} })
+			try := renewDone{until: time.Now().Add(period)}
+			c.goRenew(done, try, func(report func([]*Hold)) { c.renewAll(2*period, report) })
 		case <-retry.timer.C:
-			holds, until := retry.holds, retry.until
-			retry.next = time.Time{}
-			c.goRenew(done, func() renewDone { return renewDone{c.renewAgain(holds, 2*period), until, true} })
+			holds, try := retry.take()
+			c.goRenew(done, try, func(report func([]*Hold)) { c.renewAgain(holds, 2*period, report) })
 		case d := <-done:
 			retry.settle(d, time.Now())
 		case <-c.claimWake:
@@ -79,26 +78,32 @@ func (c *Client) runWatchdog() {
 	}
 }
 
-// renewDone is what a round or a retry reports back to the watchdog: the
-// holds whose renewal failed, when the next round is due, and whether it was
-// a retry.
+// renewDone is what a round or a retry reports back to the watchdog, once
+// per node (see renewHolds): the holds whose renewal failed there, when the
+// next round is due, whether it was a retry, and the wait before it.
 type renewDone struct {
 	failed []*Hold
 	until  time.Time
 	again  bool
+	wait   time.Duration
 }
 
-// goRenew runs renew in a background goroutine and hands its result to
-// done, unless the Client closes first.
-func (c *Client) goRenew(done chan<- renewDone, renew func() renewDone) {
+// goRenew runs renew in a background goroutine. renew reports the holds that
+// failed as each node's renewals end (a node that hangs holds up no other
+// node's retries); each report is handed to done as try with them, unless the
+// Client closes first.
+func (c *Client) goRenew(done chan<- renewDone, try renewDone, renew func(report func(failed []*Hold))) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		d := renew()
-		select {
-		case done <- d:
-		case <-c.closed:
-		}
+		renew(func(failed []*Hold) {
+			d := try
+			d.failed = failed
+			select {
+			case done <- d:
+			case <-c.closed:
+			}
+		})
 	}()
 }
 
@@ -114,54 +119,62 @@ const renewRetryMin = 20 * time.Millisecond
 // keeps the hold if its last confirmed lease has not run out.
 const renewRetryMax = 250 * time.Millisecond
 
-// renewRetries are the holds whose renewal failed in the watchdog's last
+// renewRetries are the holds whose renewal failed since the watchdog's last
 // round: each try that fails waits twice as long as the one before (at most
 // renewRetryMax), until the next round, which renews them anyway.
 type renewRetries struct {
-	timer *time.Timer
-	holds []*Hold
-	wait  time.Duration
-	until time.Time // when the next round is due
-	next  time.Time // when timer fires; zero when it is stopped
+	timer   *time.Timer
+	pending []*Hold       // failed, waiting for the next try
+	wait    time.Duration // the wait before the next try
+	until   time.Time     // when the next round is due
+	next    time.Time     // when timer fires; zero when it is stopped
 }
 
-// settle takes the report d of a round or a try, made at now, and schedules
+// settle takes a report d of a round or a try, made at now, and schedules
 // the next try of the holds that failed. Rounds and tries run side by side
 // (see goRenew), so a report may come after a later round's: that round sent
-// every hold again and its own report schedules the tries, so the earlier
+// every hold again and its own reports schedule the tries, so the earlier
 // report changes nothing (taken, its older next-round time would stop the
 // later round's tries, and a hold whose master is failing over would wait a
-// whole period for its next renewal).
+// whole period for its next renewal). Reports of one round or try come node
+// by node: their holds join one try, at the earliest time one of them asks.
 func (r *renewRetries) settle(d renewDone, now time.Time) {
 	if d.until.Before(r.until) {
 		return
 	}
+	if d.until.After(r.until) {
+		r.until, r.pending, r.next = d.until, nil, time.Time{}
+		r.timer.Stop()
+	}
+	if len(d.failed) == 0 {
+		return
+	}
+	r.pending = append(r.pending, d.failed...)
 	wait := renewRetryMin
 	if d.again {
-		wait = min(2*r.wait, renewRetryMax)
+		wait = min(2*d.wait, renewRetryMax)
 	}
-	r.until = d.until
-	r.arm(d.failed, wait, now)
+	at := now.Add(wait)
+	if at.Before(r.until) && (r.next.IsZero() || at.Before(r.next)) {
+		r.timer.Stop()
+		r.timer.Reset(wait)
+		r.next, r.wait = at, wait
+	}
 }
 
-// arm schedules a try of holds in wait from now, unless none failed or the
-// next round comes first.
-func (r *renewRetries) arm(holds []*Hold, wait time.Duration, now time.Time) {
-	r.timer.Stop()
-	r.holds, r.wait, r.next = holds, wait, time.Time{}
-	if len(holds) > 0 && now.Add(wait).Before(r.until) {
-		r.timer.Reset(wait)
-		r.next = now.Add(wait)
-	}
+// take hands the holds waiting for a try to it, as the timer fired, with
+// the report that try makes (without its failures).
+func (r *renewRetries) take() (holds []*Hold, try renewDone) {
+	holds, r.pending, r.next = r.pending, nil, time.Time{}
+	return holds, renewDone{until: r.until, again: true, wait: r.wait}
 }
 
 // renewAgain sends the renewals of holds (those the watchdog still renews)
-// again, and returns those that failed again.
-func (c *Client) renewAgain(holds []*Hold, budget time.Duration) (failed []*Hold) {
+// again, reporting those that failed again node by node (see renewHolds).
+func (c *Client) renewAgain(holds []*Hold, budget time.Duration, report func(failed []*Hold)) {
 	ctx, cancel := context.WithTimeout(c.BackgroundContext(), budget)
 	defer cancel()
-	c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, func(h *Hold) { failed = append(failed, h) })
-	return failed
+	c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, report)
 }
 
 // renewal is one script call of a round: a batch of holds of one Kind (and,
@@ -181,9 +194,9 @@ type batchKey struct {
 }
 
 // renewAll sends one round of renewals of every hold the watchdog renews (see
-// renewHolds), records it for LastRenewRound, and returns the holds whose
-// renewal failed.
-func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
+// renewHolds), reporting the holds whose renewal failed node by node, and
+// records the round for LastRenewRound.
+func (c *Client) renewAll(budget time.Duration, report func(failed []*Hold)) {
 	c.mu.Lock()
 	holds := make([]*Hold, 0, len(c.holds))
 	for h := range c.holds {
@@ -193,9 +206,9 @@ func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 	ctx, cancel := context.WithTimeout(c.BackgroundContext(), budget)
 	defer cancel()
 	start := time.Now()
-	held, scripts := c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, func(h *Hold) { failed = append(failed, h) })
+	held, scripts := c.renewHolds(ctx, holds, c.Cfg.WatchdogTimeout, report)
 	if scripts == 0 {
-		return nil
+		return
 	}
 	took := time.Since(start)
 	for { // rounds may overlap (see runWatchdog): number them in order of ending
@@ -208,7 +221,6 @@ func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 			break
 		}
 	}
-	return failed
 }
 
 // renewHolds renews those of holds the watchdog still renews to lease:
@@ -217,10 +229,11 @@ func (c *Client) renewAll(budget time.Duration) (failed []*Hold) {
 // DoMulti per node (as the slot map says, see slotMap), each in a goroutine
 // of its own, so that a node that does not answer holds up only the renewals
 // of its slots; otherwise all go in one DoMulti. Each batch's reply applies
-// on its own: a hold found gone ends with ErrLeaseLost, and failed (if not
-// nil) is called for each hold of a batch that failed. It returns how many
-// holds and script calls it sent.
-func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Duration, failed func(*Hold)) (sent, scripts int) {
+// on its own: a hold found gone ends with ErrLeaseLost. As each node's
+// renewals end, laneDone (if not nil) is called with the holds whose batch
+// failed there (none, for a node whose batches all came back). It returns
+// how many holds and script calls it sent.
+func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Duration, laneDone func(failed []*Hold)) (sent, scripts int) {
 	cluster := c.RC.Mode() == rueidis.ClientModeCluster
 	groups := make(map[batchKey][]*Hold)
 	for _, h := range holds {
@@ -258,24 +271,25 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 		lanes = c.byNode(batches)
 	}
 	// One lane per node, each on its own: a node that does not answer
-	// holds up the renewals of its own slots only, and every other reply
-	// applies as it comes.
-	var mu sync.Mutex
-	report := func(h *Hold) {
-		c.slots.noteFailure()
-		if failed != nil {
-			mu.Lock()
-			defer mu.Unlock()
-			failed(h)
+	// holds up the renewals (and the retries) of its own slots only, and
+	// every other reply applies as it comes.
+	run := func(lane []*renewal) {
+		var failed []*Hold
+		c.applyRenewals(lane, c.sendRenewals(ctx, lane), lease, func(h *Hold) {
+			c.slots.noteFailure()
+			failed = append(failed, h)
+		})
+		if laneDone != nil {
+			laneDone(failed)
 		}
 	}
 	if len(lanes) == 1 {
-		c.applyRenewals(lanes[0], c.sendRenewals(ctx, lanes[0]), lease, report)
+		run(lanes[0])
 		return sent, len(batches)
 	}
 	var wg sync.WaitGroup
 	for _, lane := range lanes {
-		wg.Go(func() { c.applyRenewals(lane, c.sendRenewals(ctx, lane), lease, report) })
+		wg.Go(func() { run(lane) })
 	}
 	wg.Wait()
 	return sent, len(batches)

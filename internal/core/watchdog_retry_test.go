@@ -28,6 +28,7 @@ func TestRenewRetryOfEarlierRoundKeepsLaterTries(t *testing.T) {
 	}
 	// Its last try starts just before round 2 and is still running when
 	// round 2 reports its own failure.
+	_, try1 := r.take()
 	round2 := start.Add(period)
 	r.settle(renewDone{failed: held, until: round2.Add(period)}, round2.Add(5*time.Millisecond))
 	want := r.next
@@ -35,7 +36,8 @@ func TestRenewRetryOfEarlierRoundKeepsLaterTries(t *testing.T) {
 		t.Fatal("round 2 failed and scheduled no try")
 	}
 	// The try of round 1 fails and reports last.
-	r.settle(renewDone{failed: held, until: start.Add(period), again: true}, round2.Add(150*time.Millisecond))
+	try1.failed = held
+	r.settle(try1, round2.Add(150*time.Millisecond))
 	if r.next.IsZero() {
 		t.Fatalf("a try of round 1 reporting after round 2 stopped round 2's tries: the hold waits for round 3 (%v after round 2)", period)
 	}
@@ -59,7 +61,9 @@ func TestRenewRetriesBackOffUntilTheNextRound(t *testing.T) {
 	for !r.next.IsZero() {
 		waits = append(waits, r.next.Sub(now))
 		now = r.next
-		r.settle(renewDone{failed: held, until: until, again: true}, now)
+		holds, try := r.take()
+		try.failed = holds
+		r.settle(try, now)
 	}
 	if len(waits) < 3 || waits[0] != renewRetryMin || waits[len(waits)-1] != renewRetryMax {
 		t.Fatalf("tries waited %v: want %v doubling to %v", waits, renewRetryMin, renewRetryMax)
@@ -76,5 +80,43 @@ func TestRenewRetriesBackOffUntilTheNextRound(t *testing.T) {
 	r.settle(renewDone{until: until.Add(period)}, until)
 	if !r.next.IsZero() {
 		t.Errorf("a round with no failure scheduled a try at %v", r.next.Sub(until))
+	}
+}
+
+// A round's reports come node by node, a node that hangs last: the holds of
+// a node that failed fast are tried again at once, not after the hung
+// node's answer, and those of a node that fails later join the try due.
+func TestRenewRetriesNodeByNode(t *testing.T) {
+	const period = 10 * time.Second
+	r := newTestRetries(t)
+	fast, later := []*Hold{{}}, []*Hold{{}, {}}
+	start := time.Now()
+	round := renewDone{until: start.Add(period)}
+	// The first node fails fast; the second (hanging) has not answered.
+	d := round
+	d.failed = fast
+	r.settle(d, start.Add(time.Millisecond))
+	if r.next.IsZero() || r.next.Sub(start) > renewRetryMin+time.Millisecond {
+		t.Fatalf("the holds of a node that failed fast wait for %v, want a try within %v", r.next.Sub(start), renewRetryMin)
+	}
+	first := r.next
+	// A third node fails a little later: its holds join the try due.
+	d.failed = later
+	r.settle(d, start.Add(5*time.Millisecond))
+	if !r.next.Equal(first) {
+		t.Errorf("a later failure moved the try due from %v to %v", first.Sub(start), r.next.Sub(start))
+	}
+	holds, try := r.take()
+	if len(holds) != len(fast)+len(later) || !try.again || try.wait != renewRetryMin {
+		t.Fatalf("the try got %d holds (want %d), again %v, wait %v", len(holds), len(fast)+len(later), try.again, try.wait)
+	}
+	// The hung node answers a period later, after the next round began:
+	// its report is of an earlier round and changes nothing.
+	next := renewDone{until: start.Add(2 * period)}
+	r.settle(next, start.Add(period))
+	d.failed = fast
+	r.settle(d, start.Add(period+time.Second))
+	if !r.next.IsZero() || len(r.pending) != 0 {
+		t.Errorf("a report of the round before scheduled a try at %v with %d holds", r.next.Sub(start), len(r.pending))
 	}
 }
