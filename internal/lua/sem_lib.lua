@@ -230,6 +230,17 @@ local function sem_fits(k, id, ask)
   return n <= avail
 end
 
+-- Whether a holder's permits may be kept for its successor, whose queue
+-- entry is entry (see sem_release.lua): only while the limit allows what the
+-- successor asks for (as sem_fits would) and the permits held now.
+local function sem_keeps(entry)
+  local _, _, _, _, ask = queue_parse(entry)
+  local n, exact = string.match(ask or '', '^(%d+)=?(%d*)$')
+  n, exact = tonumber(n), tonumber(exact)
+  return n ~= nil and st.limit ~= nil and n <= st.limit and st.used <= st.limit and
+    (exact == nil or exact == st.limit)
+end
+
 local function sem_grant(k, _, arrival, _, lease, ttl, secret)
   k.claimed = ttl < lease
   return queue_proof(secret, arrival, k.n)

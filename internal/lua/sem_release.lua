@@ -90,13 +90,16 @@ end
 
 local unqueued = false
 if successor ~= '' and not (st.queued and queue_head(semq)) then
-  if ARGV[8] ~= '1' then
+  if ARGV[8] == '1' then
+    successor, unqueued = '', true
+  elseif sem_keeps(successor) then
     local at = now + tonumber(ARGV[9])
     redis.call('ZADD', KEYS[2], 'XX', at, id)
     sem_keep_permits(at, false)
     return done('-3')
   end
-  successor, unqueued = '', true
+  -- Else the limit changed under the turn: the successor queues, and is
+  -- served (or told it never can be) as anyone else is.
 end
 
 local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
