@@ -3,42 +3,11 @@ package rlock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relockio/relock/rlock"
 )
-
-// lapseGate fails every renewal (not run) once armed, and holds each release
-// back until gate is closed.
-type lapseGate struct {
-	rueidis.Client
-	armed atomic.Bool
-	gate  chan struct{}
-}
-
-func (z *lapseGate) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
-	rs := make([]rueidis.RedisResult, len(multi))
-	for i, c := range multi {
-		rs[i] = z.Do(ctx, c)
-	}
-	return rs
-}
-
-func (z *lapseGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if z.armed.Load() {
-		switch ftScript(cmd.Commands()) {
-		case "other":
-			return rueidis.NewErrorResult(errFtLost)
-		case "release":
-			<-z.gate
-		}
-	}
-	return z.Client.Do(ctx, cmd)
-}
 
 // An inner Unlock (of a re-entered hold) that reaches Redis as the hold
 // runs out here (its renewals failed) re-sets the lease of the level it
@@ -47,20 +16,41 @@ func (z *lapseGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redis
 // and another Client waited that long.)
 func TestInnerUnlockAsTheHoldLapsesGivesTheLockBack(t *testing.T) {
 	e := ftNewEnv(t)
-	z := &lapseGate{Client: ftFaulty(t, e.srv).Client, gate: make(chan struct{})}
+	fc := ftFaulty(t, e.srv)
 	const lease = 3 * time.Second
-	c := e.clientOn(z, rlock.WithWatchdogTimeout(lease), rlock.WithUnlockTimeout(10*time.Second))
+	c := e.clientOn(fc, rlock.WithWatchdogTimeout(lease), rlock.WithUnlockTimeout(10*time.Second))
 	const name = "inner-unlock-lapse"
 	m := c.Mutex(name)
 	outer := ftLock(t, e.ctx, m)
 	inner := ftLock(t, outer, m)
-	z.armed.Store(true)
-	// The release reaches Redis once the hold has lapsed here.
-	go func() { <-outer.Done(); close(z.gate) }()
+	// Renewals fail without running; the release runs, and its reply
+	// comes once the hold has lapsed here.
+	fc.set(func(script string) *ftFault {
+		switch script {
+		case "other":
+			return &ftFailCall
+		case "release":
+			return &ftFault{run: true, hold: true}
+		}
+		return nil
+	})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for { // each call of the release: EVALSHA, and EVAL after NOSCRIPT
+			select {
+			case done := <-fc.held:
+				<-outer.Done()
+				close(done)
+			case <-stop:
+				return
+			}
+		}
+	}()
 	if err := m.Unlock(inner); err != nil {
 		t.Fatalf("inner Unlock: %v", err)
 	}
-	z.armed.Store(false)
+	fc.set(nil)
 	if cause := context.Cause(outer); !errors.Is(cause, rlock.ErrLeaseLost) {
 		t.Fatalf("the hold ended with %v, want ErrLeaseLost", cause)
 	}
