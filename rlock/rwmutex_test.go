@@ -788,28 +788,14 @@ func TestRWUncontendedCommands(t *testing.T) {
 }
 
 // commandsPer runs op n times and returns the commands Redis ran per run
-// (Lua's included; the clients' connection set-up and INFO left out), and
-// the counts after them by command.
+// and the counts after them by command (see redistest.Server.CommandsPer).
 func (e *ftEnv) commandsPer(n int, op func()) (float64, map[string]int64) {
 	e.t.Helper()
-	before, err := e.srv.CommandStats(e.ctx)
+	per, after, err := e.srv.CommandsPer(e.ctx, n, op)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for range n {
-		op()
-	}
-	after, err := e.srv.CommandStats(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var calls int64
-	for cmd, c := range after {
-		if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
-			calls += c - before[cmd]
-		}
-	}
-	return float64(calls) / float64(n), after
+	return per, after
 }
 
 // TestRWContendedAttemptCommands counts the Redis commands of an attempt

@@ -233,28 +233,15 @@ func TestCostPerAcquisition(t *testing.T) {
 	}
 }
 
-// commandsPer runs op n times and returns the commands Redis ran per run,
-// Lua's included (the clients' connection set-up and INFO left out).
+// commandsPer runs op n times and returns the commands Redis ran per run
+// (see redistest.Server.CommandsPer).
 func (e *env) commandsPer(n int, op func()) float64 {
 	e.t.Helper()
-	before, err := e.srv.CommandStats(e.ctx)
+	per, _, err := e.srv.CommandsPer(e.ctx, n, op)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for range n {
-		op()
-	}
-	after, err := e.srv.CommandStats(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var calls int64
-	for cmd, c := range after {
-		if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
-			calls += c - before[cmd]
-		}
-	}
-	return float64(calls) / float64(n)
+	return per
 }
 
 // An uncontended Acquire and Release of one permit (semaphore.New with

@@ -54,6 +54,31 @@ func (s *Server) CommandStats(ctx context.Context) (map[string]int64, error) {
 	return parseCommandStats(text)
 }
 
+// CommandsPer runs op n times and returns the commands Redis ran per run,
+// those run inside scripts included, with the connection set-up of clients
+// and INFO left out ("hello", "ping", "client|...", "info"), and the counts
+// after the runs (see CommandStats). Only op may use the server meanwhile.
+func (s *Server) CommandsPer(ctx context.Context, n int, op func()) (float64, map[string]int64, error) {
+	before, err := s.CommandStats(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	for range n {
+		op()
+	}
+	after, err := s.CommandStats(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var calls int64
+	for cmd, c := range after {
+		if cmd != "info" && cmd != "hello" && cmd != "ping" && !strings.HasPrefix(cmd, "client|") {
+			calls += c - before[cmd]
+		}
+	}
+	return float64(calls) / float64(n), after, nil
+}
+
 // parseCommandStats parses lines such as
 // "cmdstat_get:calls=2,usec=5,usec_per_call=2.50,rejected_calls=0,failed_calls=0".
 func parseCommandStats(text string) (map[string]int64, error) {
