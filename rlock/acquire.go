@@ -168,6 +168,9 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 	select {
 	case <-lw.Ready():
 	case <-a.WaitCtx().Done():
+		// Behind a holder, or a leader whose answer is on its way: unless
+		// the leader could not reach Redis (see Turns.Unreached).
+		a.Contended = !m.t.Unreached(m.name)
 		return core.LocalOver, core.CtxError(a.WaitCtx())
 	}
 	if a.takePass(nil) {
@@ -195,6 +198,9 @@ func (a *acquisition) takePass(w *mux.Waiter) bool {
 	a.Call.Via, a.Call.HandOff = core.ViaLocal, time.Since(a.pass.At)
 	return true
 }
+
+// Reached tells this Client's other calls whether the attempt reached Redis.
+func (a *acquisition) Reached(_ *core.Acquisition, ok bool) { a.m.t.NoteReached(a.m.name, ok) }
 
 // Listen keeps hearing messages addressed to this owner once it holds the
 // lock, from a subscription that has been live since before the acquisition

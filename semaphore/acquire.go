@@ -287,6 +287,9 @@ func (a *acquisition) WaitLocal(context.Context, *core.Acquisition) (core.LocalO
 	select {
 	case <-lw.Ready():
 	case <-a.WaitCtx().Done():
+		// Behind a holder, or a leader whose answer is on its way: unless
+		// the leader could not reach Redis (see Turns.Unreached).
+		a.Contended = !s.turns.Unreached(s.name)
 		return core.LocalOver, core.CtxError(a.WaitCtx())
 	}
 	if p := s.turns.Take(lw, nil); p != nil {
@@ -311,6 +314,9 @@ func (a *acquisition) TakePass(*core.Acquisition, *mux.Waiter) bool { return fal
 
 // Listen does nothing: a semaphore's holder needs no listener.
 func (a *acquisition) Listen(*core.Acquisition, *mux.Waiter) {}
+
+// Reached tells this Client's other calls whether the attempt reached Redis.
+func (a *acquisition) Reached(_ *core.Acquisition, ok bool) { a.s.turns.NoteReached(a.s.name, ok) }
 
 // Leave ends the call's place among its Client's waiters; a lease passed to
 // it as it left goes on, and a place queued for it is given up.

@@ -129,6 +129,9 @@ type LocalTurns interface {
 	TakePass(a *Acquisition, w *mux.Waiter) bool
 	// Listen keeps w, the call's subscription, once it holds the lock.
 	Listen(a *Acquisition, w *mux.Waiter)
+	// Reached tells the Client's other calls whether an attempt of this one,
+	// their leader, reached Redis (see Turns.NoteReached).
+	Reached(a *Acquisition, reached bool)
 	// Leave ends the call's part in its Client's waits.
 	Leave(a *Acquisition)
 }

@@ -43,6 +43,7 @@ func (a *Acquisition) try(ctx context.Context, w *mux.Waiter) (bool, time.Durati
 		return true, 0, nil
 	case Taken:
 		a.Contended = true
+		a.reached(true)
 		retry := r.Retry
 		if w != nil {
 			a.inRedis, a.queuedAt = true, t
@@ -114,6 +115,14 @@ func (a *Acquisition) woken(w *mux.Waiter) (done, ok bool, retry time.Duration) 
 	return false, false, 0
 }
 
+// reached tells the Client's calls that wait behind this one whether its
+// attempt reached Redis (see LocalTurns.Reached).
+func (a *Acquisition) reached(ok bool) {
+	if a.Local != nil {
+		a.Local.Reached(a, ok)
+	}
+}
+
 // attemptFailed records what a failed attempt says of Redis.
 func (a *Acquisition) attemptFailed(ctx context.Context, r Reply, err error) error {
 	a.C.NoteError(err)
@@ -126,6 +135,7 @@ func (a *Acquisition) attemptFailed(ctx context.Context, r Reply, err error) err
 	// before it learned stands.
 	if !SaysNothing(ctx, err) {
 		a.lastErr, a.Contended = err, false
+		a.reached(isRedisAnswer(err))
 	}
 	if !isRedisAnswer(err) || r.Status == Acquired {
 		// The script may have run, or may still run (Acquired with an

@@ -137,6 +137,9 @@ type cohort struct {
 	// contended: waiters of other Clients were queued in Redis when this
 	// Client took the lock (see Park).
 	contended bool
+	// unreached: the last attempt of this Client's leader could not reach
+	// Redis (see NoteReached).
+	unreached bool
 	// parked is the lock kept, after its last release, for the next
 	// acquisition of this Client until parkTimer fires (see Park).
 	parked    *Pass
@@ -267,6 +270,29 @@ func (t *Turns) Active(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.m[name] != nil
+}
+
+// NoteReached records whether the last attempt of this Client's leader for
+// name had an answer from Redis (the lock acquired, or found taken) or met a
+// connection error.
+func (t *Turns) NoteReached(name string, reached bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if co := t.m[name]; co != nil {
+		co.unreached = !reached
+	}
+}
+
+// Unreached reports whether a call of this Client that waits for name behind
+// the Client's other calls has nothing to go by but a connection error: the
+// Client does not hold the lock, and its leader's last attempt could not
+// reach Redis. (Otherwise it waits behind a holder, or a leader whose
+// answer is on its way.)
+func (t *Turns) Unreached(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	co := t.m[name]
+	return co != nil && co.unreached && !co.held
 }
 
 // Join registers a waiting acquisition. lead reports that it is the
