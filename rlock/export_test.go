@@ -96,3 +96,7 @@ const TokenBlock = tokenBlock
 // QuorumGate is the master gated rounds of qm ask first while none failed
 // lately (see quorum_gate.go).
 func QuorumGate(qm *QuorumMutex) int { return qm.gateFrom }
+
+// EndTurn spends what is left of the turn of m's Client, so that its next
+// release goes through Redis.
+func EndTurn(m *Mutex) { m.t.EndTurn(m.name) }

@@ -90,7 +90,15 @@ func (a *Acquisition) woken(w *mux.Waiter) (done, ok bool, retry time.Duration) 
 	if a.presumed {
 		a.presumed = false
 		a.recheckBy = time.Now().Add(a.presumeIn)
-		return true, false, a.presumeIn
+		if data == "" {
+			// Nothing yet: re-check when the release's reply said.
+			return true, false, a.presumeIn
+		}
+		// A message came: a notice (below, which never postpones that
+		// re-check), or a grant that handedOff could not take (it came
+		// late, or the release granted the place itself, whose reply
+		// named no earlier fence): a round trip confirms it now, rather
+		// than a sleep past a grant Redis made.
 	}
 	if data == "" && !a.recheckBy.IsZero() {
 		// A wake whose message an earlier try took already (it came before
