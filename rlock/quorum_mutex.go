@@ -60,7 +60,9 @@ func (qm *QuorumMutex) String() string {
 // took on the masters that answered has been given back (on others it is
 // given back in the background, or expires with its lease). The error matches
 // ErrNoQuorum (and ErrUnavailable, wrapping the last connection error) when
-// too many masters could not be reached for a majority, ErrLocked (and
+// too many masters could not be reached for a majority (ErrNoQuorum and
+// ErrPermission, at once, when too many refused the Redis user a command: an
+// ACL), ErrLocked (and
 // context.DeadlineExceeded) when the wait timeout ran out while other owners
 // held the lock, ErrNotReplicated when (with WithReplicaAck, see Quorum) a
 // round had a majority only counting the votes that too few replicas of
@@ -165,7 +167,7 @@ func (qm *QuorumMutex) wait(ctx, waitCtx context.Context, call *gateCall, first 
 		}
 		if waitCtx.Err() == nil {
 			last = r
-			if r.notReplicated(q.major) && !ackRetry {
+			if (r.notReplicated(q.major) && !ackRetry) || r.refusedMajority(len(q.masters), q.major) {
 				return nil, qm.failure(r, nil)
 			}
 		}
@@ -257,6 +259,10 @@ func (qm *QuorumMutex) failure(r *round, waitErr error) error {
 	switch {
 	case errors.Is(waitErr, ErrClosed):
 		return waitErr
+	case r.refusedMajority(n, q.major):
+		// An answer, and a final one: not an outage, and no use retrying.
+		return fmt.Errorf("%w: lock %q: %d of %d masters refused the Redis user a command, and a lock needs %d: %w",
+			ErrNoQuorum, qm.name, r.refused, n, q.major, r.refusal)
 	case r.failed > n-q.major && waitErr != nil:
 		return fmt.Errorf("%w: %w: lock %q: %d of %d masters could not be reached, and a lock needs %d: %w; last error: %w",
 			ErrNoQuorum, ErrUnavailable, qm.name, r.failed, n, q.major, waitErr, r.lastErr)

@@ -69,11 +69,19 @@ type round struct {
 	granted, taken, failed int
 	unacked                int // votes granted but not acknowledged (see voteUnacked)
 	lastErr                error
+	// refused counts the failed votes that were a master's refusal of the
+	// Redis user (NOPERM, see core.Refused), refusal the last of them.
+	refused int
+	refusal error
 	until                  time.Time // granted >= majority: when the majority's validity ends
 	won                    bool
 	gate                   int  // the master asked first, -1 for none (see quorum_gate.go)
 	lostAtGate             bool // the gate was taken: no other master was asked
 }
+
+// refusedMajority reports whether so many masters refused the Redis user
+// that no majority can be had until an administrator changes the ACL.
+func (r *round) refusedMajority(n, major int) bool { return r.refused > n-major }
 
 // notReplicated reports whether r lost only for want of acknowledgements
 // (WithReplicaAck): counting the votes that too few replicas acknowledged, it
@@ -128,8 +136,8 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gat
 			r.count(ctx, q.major)
 			qm.giveBackLost(r, timeout)
 			return r
-		case v.kind == voteFailed:
-			qm.gateFailed(r.gate)
+		case v.kind == voteFailed && !errors.Is(core.Refused(v.err), ErrPermission):
+			qm.gateFailed(r.gate) // (a refusal is an answer: the gate is up)
 		}
 	}
 	var wg sync.WaitGroup
@@ -189,7 +197,7 @@ func (qm *QuorumMutex) chase(ctx context.Context, r *round, timeout time.Duratio
 
 // count tallies r's votes and tells whether r won.
 func (r *round) count(ctx context.Context, major int) {
-	r.granted, r.taken, r.unacked, r.failed = 0, 0, 0, 0
+	r.granted, r.taken, r.unacked, r.failed, r.refused = 0, 0, 0, 0, 0
 	var ends []time.Time
 	for _, v := range r.votes {
 		switch v.kind {
@@ -203,6 +211,10 @@ func (r *round) count(ctx context.Context, major int) {
 		case voteFailed:
 			r.failed++
 			r.lastErr = v.err
+			if err := core.Refused(v.err); errors.Is(err, ErrPermission) {
+				r.refused++
+				r.refusal = err
+			}
 		}
 	}
 	if r.granted >= major {
