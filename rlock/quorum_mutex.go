@@ -62,8 +62,8 @@ func (qm *QuorumMutex) String() string {
 // ErrNoQuorum (and ErrUnavailable, wrapping the last connection error) when
 // too many masters could not be reached for a majority (ErrNoQuorum and
 // ErrPermission, at once, when too many refused the Redis user a command: an
-// ACL), ErrLocked (and
-// context.DeadlineExceeded) when the wait timeout ran out while other owners
+// ACL), ErrLocked (and context.DeadlineExceeded) when the wait timeout ran
+// out while other owners
 // held the lock, ErrNotReplicated when (with WithReplicaAck, see Quorum) a
 // round had a majority only counting the votes that too few replicas of
 // their master acknowledged (with WithReplicaAckRetry Lock tries again

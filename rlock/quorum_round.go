@@ -71,12 +71,12 @@ type round struct {
 	lastErr                error
 	// refused counts the failed votes that were a master's refusal of the
 	// Redis user (NOPERM, see core.Refused), refusal the last of them.
-	refused int
-	refusal error
-	until                  time.Time // granted >= majority: when the majority's validity ends
-	won                    bool
-	gate                   int  // the master asked first, -1 for none (see quorum_gate.go)
-	lostAtGate             bool // the gate was taken: no other master was asked
+	refused    int
+	refusal    error
+	until      time.Time // granted >= majority: when the majority's validity ends
+	won        bool
+	gate       int  // the master asked first, -1 for none (see quorum_gate.go)
+	lostAtGate bool // the gate was taken: no other master was asked
 }
 
 // refusedMajority reports whether so many masters refused the Redis user
