@@ -139,8 +139,10 @@ func (ml *MultiLock) label() string { return fmt.Sprintf("multi-lock %q", ml.nam
 // were taken, with no wait in between.
 //
 // Members that ctx holds already are re-entered (their hold count rises by
-// one, and Unlock lowers it again); a ctx that holds the whole MultiLock
-// re-enters all of it and gets a new lock context for the inner hold.
+// one, and Unlock lowers it again), keeping the lease they were taken with
+// (WithLease applies to the members the call takes); a ctx that holds the
+// whole MultiLock re-enters all of it and gets a new lock context for the
+// inner hold.
 func (ml *MultiLock) Lock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return ml.lock(ctx, true, opts)
 }
@@ -330,7 +332,7 @@ func (a *multiAcquisition) run() (context.Context, error) {
 		if !a.wait {
 			return nil, fmt.Errorf("rlock: %s member %q: %w", ml.label(), ml.names[conflict], core.Inner(conflictErr))
 		}
-		lockCtx, err := ml.wait(a.ctx, ml.mutexes[conflict], a.deadline, a.opts)
+		lockCtx, err := ml.wait(a.ctx, ml.mutexes[conflict], a.deadline, a.optsFor(ml.mutexes[conflict]))
 		if err != nil {
 			return nil, err
 		}
@@ -350,13 +352,13 @@ func (a *multiAcquisition) round() (conflict int, conflictErr, err error) {
 			continue
 		}
 		if a.blocked >= 0 && i > a.blocked && !slices.ContainsFunc(a.held[i+1:], isHeld) {
-			if a.held[i], err = a.ml.wait(a.ctx, m, a.deadline, a.opts); err != nil {
+			if a.held[i], err = a.ml.wait(a.ctx, m, a.deadline, a.optsFor(m)); err != nil {
 				return -1, nil, err
 			}
 			a.waited = true
 			continue
 		}
-		lockCtx, err := m.TryLock(a.ctx, a.opts...)
+		lockCtx, err := m.TryLock(a.ctx, a.optsFor(m)...)
 		if err == nil {
 			a.held[i] = lockCtx
 			continue
@@ -394,6 +396,17 @@ func (a *multiAcquisition) dropLost() int {
 		}
 	}
 	return first
+}
+
+// optsFor is the options of the call for member m: without its lease when
+// ctx holds m already, so that re-entering a member leaves the lease of the
+// outer hold as it was (a fixed lease would end its renewals, for good, even
+// when the call fails).
+func (a *multiAcquisition) optsFor(m *Mutex) []LockOption {
+	if m.holdOf(a.ctx) != nil {
+		return a.opts[:1] // asMember
+	}
+	return a.opts
 }
 
 // releaseAll releases the members held by scripts in Redis that end before
