@@ -357,16 +357,21 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	requestID := m.c.NewID()
 	t := h.Send(newLease)
 	var r acquireReply
+	ranMaybe := false // an attempt before the last may have run, its reply lost
 	err := core.RetryTransient(callCtx, func() (err error) {
 		r, err = acquireScript(callCtx, m.c, m.keys, acquireArgs{owner: h.Owner(), lease: newLease, reentry: requestID})
 		m.c.NoteError(err)
+		if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
+			ranMaybe = true
+		}
 		return err
 	})
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 && !ranMaybe {
 			// Refused before it changed anything: the hold is as it was.
 			// (Status 1: the script counted the re-entry, and WAIT, with
-			// WithReplicaAck, was refused.)
+			// WithReplicaAck, was refused. Not so after a lost reply: the
+			// attempt before may have counted it.)
 			h.SetLease(lease, renewed)
 			return nil, m.wrap("re-enter", err)
 		}

@@ -42,8 +42,11 @@ func ftScript(args []string) string {
 		return "release"
 	case len(keys) >= 2 && strings.Contains(keys[1], ":gone:"):
 		return "abandon"
+	case numKeys >= 1 && len(argv) >= 4 && (argv[1] == "r" || argv[1] == "w") && argv[3] == "1" &&
+		strings.Contains(keys[min(numKeys, len(keys))-1], ":latch:"):
+		return "reenter" // rw_acquire.lua's ARGV[4]: re-entry, its latch the last key
 	}
-	return "other" // renew (one key per hold), forceunlock...
+	return "other" // renew (one key per hold), forceunlock, the other RWMutex scripts...
 }
 
 // ftFault is what ftFaultClient does to one script call.

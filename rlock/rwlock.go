@@ -231,17 +231,22 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 	requestID := rw.c.NewID()
 	t := h.Send(newLease)
 	var r rwAcquireReply
+	ranMaybe := false // an attempt before the last may have run, its reply lost
 	err := core.RetryTransient(callCtx, func() (err error) {
 		r, err = rwAcquireScript(callCtx, rw.c, rw.keys, rwAcquireArgs{owner: h.Owner(), write: write, lease: newLease, reentry: requestID,
 			persist: rw.c.Cfg.ReplicaAckRetry})
 		rw.c.NoteError(err)
+		if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis {
+			ranMaybe = true
+		}
 		return err
 	})
 	if err != nil {
-		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 {
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis && r.status != 1 && !ranMaybe {
 			// Refused before it changed anything. (Status 1: the script
 			// counted the re-entry, and WAIT, with WithReplicaAck, was
-			// refused.)
+			// refused. Not so after a lost reply: the attempt before may
+			// have counted it.)
 			h.SetLease(lease, renewed)
 			return nil, rw.wrap("re-enter "+what+" lock", err)
 		}
