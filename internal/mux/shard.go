@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -106,12 +107,28 @@ func (s *sharder) node(addr string) *shardNode {
 	return n
 }
 
+// closeLinks closes every shard connection, all at once: rueidis gives a
+// connection's peer up to a second to answer as it closes it, and a Close
+// with N masters paused must not take N of them.
 func (s *sharder) closeLinks() {
+	var wg sync.WaitGroup
 	for _, n := range s.nodes {
 		if n.link != nil {
-			n.link.dc.Close()
+			wg.Go(n.link.dc.Close)
 		}
 	}
+	wg.Wait()
+}
+
+// closeLink closes l's connection off runSharded's goroutine (see
+// closeLinks): a hung master's link would hold up every other node's
+// subscriptions for as long as it takes.
+func (c *conn) closeLink(l *link) {
+	c.mux.wg.Add(1)
+	go func() {
+		defer c.mux.wg.Done()
+		l.dc.Close()
+	}()
 }
 
 // backOff delays n's next job, doubling from MinReconnectBackoff up to the
@@ -228,7 +245,7 @@ func (s *sharder) dropLink(l *link, broken bool) {
 	}
 	c.kick()
 	c.mu.Unlock()
-	l.dc.Close()
+	c.closeLink(l)
 	n := s.node(l.addr)
 	if n.link == l {
 		n.link = nil
