@@ -62,7 +62,7 @@ local now = now_ms()
 -- token is read first: a counter that is missing is made there, and the
 -- grant then keeps it FENCE_KEEP_MS past the lease (fence_keep).
 local function rw_take_read()
-  local token = fence_now(KEYS[7], lease)
+  local token = rw_token(lease)
   rw_grant_reader(now, owner, lease)
   return {1, token, 1}
 end
@@ -128,7 +128,7 @@ local function held()
   else
     local count = redis.call('HGET', KEYS[3], owner)
     if count then
-      local token = fence_now(KEYS[7], lease)
+      local token = rw_token(lease)
       rw_renew_reader(now, owner, lease)
       return {1, token, tonumber(count)}
     end

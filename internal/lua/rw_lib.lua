@@ -107,6 +107,35 @@ local function rw_drop_reader(owner)
   redis.call('HDEL', KEYS[3], owner)
 end
 
+-- The token readers take (see the top of this file): the fencing counter's.
+-- When it lapsed under a writer that held on past its keep (renewals keep
+-- the writer hash, not the counter), the writer's own token, which the
+-- counter is set back to: readers share the last writer's token, and the
+-- next writer's is still higher. keep: as for fence_now.
+local function rw_token(keep)
+  local cur = redis.call('GET', KEYS[7])
+  if cur then
+    return tonumber(cur)
+  end
+  local token = tonumber(redis.call('HGET', KEYS[1], LOCK_TOKEN))
+  if not token then
+    return fence_tokens(KEYS[7], 1, keep)
+  end
+  now_ms()
+  redis.call('SET', KEYS[7], string.format('%d', token), 'PXAT', fence_expiry(token, keep))
+  return token
+end
+
+-- Keeps the fencing counter at least at token, the token of a writer whose
+-- last level is released at now (ms) after holding for longer than the
+-- counter is sure to be kept (FENCE_KEEP_MS): it may have lapsed meanwhile,
+-- and readers that come next share that writer's token (see rw_token).
+local function rw_keep_writer_token(token, now, keep)
+  if token and now - math.floor(token / 1000) >= FENCE_KEEP_MS then
+    redis.call('SET', KEYS[7], string.format('%d', token), 'NX', 'PXAT', string.format('%d', now + math.max(tonumber(keep), FENCE_KEEP_MS)))
+  end
+end
+
 -- Gives owner the write lock (count 1) with a new fencing token for ttl ms
 -- of its lease (ms; longer: a claim, see lock_hold); returns the token.
 local function rw_grant_writer(owner, ttl, lease)
@@ -162,7 +191,7 @@ local function rw_grant(k, _, arrival, owner, lease, ttl, secret, mode)
     end
     latest = math.max(latest, rw_grant_reader(k.now, o, t, t < l, true))
     if o ~= k.self then
-      token = token or fence_now(KEYS[7], l)
+      token = token or rw_token(l)
       others[#others + 1] = o
       proofs[#proofs + 1] = queue_proof(s, tonumber(batch[i + 1]), token)
       if t < l then

@@ -46,7 +46,12 @@ local key = KEYS[1]
 if mode == 'r' then
   key = KEYS[3]
 end
-local count = redis.call('HGET', key, owner)
+local count, token
+if mode == 'w' then
+  count, token = unpack(redis.call('HMGET', key, owner, LOCK_TOKEN))
+else
+  count = redis.call('HGET', key, owner)
+end
 if not count then
   return {-1}
 end
@@ -67,6 +72,7 @@ else
   lock_bury(KEYS[9], ARGV[8])
   if mode == 'w' then
     redis.call('DEL', KEYS[1])
+    rw_keep_writer_token(tonumber(token), now, lease)
   else
     rw_drop_reader(owner)
   end
