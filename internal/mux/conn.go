@@ -188,13 +188,17 @@ func (c *conn) leave(w *Waiter, satisfied bool) {
 		c.markIdle(e)
 		return
 	}
-	e.linger = time.AfterFunc(c.mux.cfg.Linger, func() {
+	var t *time.Timer
+	t = time.AfterFunc(c.mux.cfg.Linger, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.entries[e.channel] == e && e.n == 0 {
+		// Only the entry's current linger: one that fired as a Waiter came
+		// and went again is stale, and another timer now runs.
+		if c.entries[e.channel] == e && e.n == 0 && e.linger == t {
 			c.markIdle(e)
 		}
 	})
+	e.linger = t
 }
 
 // markIdle marks e idle: it stays subscribed, ignored, until the connection
