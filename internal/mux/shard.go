@@ -34,9 +34,6 @@ type link struct {
 	// dropped names channels Redis unsubscribed (sunsubscribe push: their
 	// slot moved) before their subscription was settled; see settle.
 	dropped map[string]bool
-	// leaving names idle channels whose SUNSUBSCRIBE retireIdle sent: their
-	// sunsubscribe push is no slot move.
-	leaving map[string]bool
 	closed  bool // dropped by runSharded: nothing is confirmed on it any more
 }
 
@@ -143,7 +140,7 @@ func (s *sharder) backOff(n *shardNode) {
 
 // openLink dials a shard connection to addr and watches it.
 func (c *conn) openLink(ctx context.Context, addr string, node rueidis.Client, lost chan<- linkLost) (*link, error) {
-	l := &link{addr: addr, dropped: map[string]bool{}, leaving: map[string]bool{}}
+	l := &link{addr: addr, dropped: map[string]bool{}}
 	dc, err := dedicate(ctx, node)
 	if err != nil {
 		return nil, err
@@ -191,21 +188,13 @@ func (c *conn) onShardSubscription(l *link, s rueidis.PubSubSubscription) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	leaving := l.leaving[s.Channel]
-	delete(l.leaving, s.Channel)
 	e := c.entries[s.Channel]
 	if e == nil || e.link != l || !e.confirmed {
-		if !leaving {
-			// Not settled yet (or on another connection): settle checks this.
-			l.dropped[s.Channel] = true
-		}
+		// Not settled yet (or on another connection): settle checks this.
+		l.dropped[s.Channel] = true
 		return
 	}
-	if !leaving {
-		delete(c.slotOwner, slot.Of(s.Channel))
-	}
-	// Forgotten when still idle; else (a Waiter came back meanwhile)
-	// subscribed again, its Waiters woken.
+	delete(c.slotOwner, slot.Of(s.Channel))
 	c.unconfirm(e)
 	c.kick()
 }
@@ -266,12 +255,9 @@ func (s *sharder) dropLink(l *link, broken bool) {
 	}
 }
 
-// retireLinks lets go of idle channels once they are as many as the live
-// ones of their shard connection (as retire does for classic pub/sub): a
-// connection with no live channel is closed; on one with live channels the
-// idle ones are unsubscribed (SUNSUBSCRIBE), so that the live ones never
-// stop being subscribed: a grant published meanwhile would reach no one, and
-// its waiter lose its place.
+// retireLinks closes shard connections whose idle channels are as many as
+// their live ones (as retire does for classic pub/sub): the live ones are
+// subscribed again on a fresh connection, their Waiters woken once they are.
 func (s *sharder) retireLinks() {
 	c := s.c
 	c.mu.Lock()
@@ -279,67 +265,23 @@ func (s *sharder) retireLinks() {
 		c.mu.Unlock()
 		return
 	}
-	idle, live := map[*link][]string{}, map[*link]int{}
+	idle, live := map[*link]int{}, map[*link]int{}
 	for _, e := range c.entries {
-		switch {
-		case e.link == nil:
-		case !e.idle:
+		if e.link == nil {
+			continue
+		}
+		if e.idle {
+			idle[e.link]++
+		} else {
 			live[e.link]++
-		case e.confirmed && !e.link.leaving[e.channel]:
-			idle[e.link] = append(idle[e.link], e.channel)
 		}
 	}
 	c.mu.Unlock()
-	for l, chs := range idle {
-		node := s.nodes[l.addr]
-		switch {
-		case len(chs) < live[l] || node == nil || node.link != l || node.busy:
-		case live[l] == 0:
+	for l, n := range idle {
+		if node := s.nodes[l.addr]; n >= live[l] && node != nil && node.link == l && !node.busy {
 			s.dropLink(l, false)
-		default:
-			s.retireIdle(l, chs)
 		}
 	}
-}
-
-// retireIdle unsubscribes the idle channels chs of l, off runSharded's
-// goroutine; their sunsubscribe pushes forget them (see
-// onShardSubscription). A link that does not answer is dropped.
-func (s *sharder) retireIdle(l *link, chs []string) {
-	c := s.c
-	c.mu.Lock()
-	for _, ch := range chs {
-		l.leaving[ch] = true
-	}
-	c.mu.Unlock()
-	c.mux.wg.Add(1)
-	go func() {
-		defer c.mux.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, shardCallTimeout)
-		defer cancel()
-		bySlot := map[uint16][]string{} // one slot per SUNSUBSCRIBE, as for SSUBSCRIBE
-		for _, ch := range chs {
-			bySlot[slot.Of(ch)] = append(bySlot[slot.Of(ch)], ch)
-		}
-		var err error
-		for _, names := range bySlot {
-			if err = l.dc.Do(ctx, l.dc.B().Sunsubscribe().Channel(names...).Build()).Error(); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			return
-		}
-		c.mu.Lock()
-		for _, ch := range chs {
-			delete(l.leaving, ch)
-		}
-		c.mu.Unlock()
-		select {
-		case s.lost <- linkLost{l, err}:
-		case <-s.ctx.Done():
-		}
-	}()
 }
 
 // pendingBySlot takes the channels waiting to be subscribed, by slot, with
