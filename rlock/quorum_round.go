@@ -136,8 +136,10 @@ func (qm *QuorumMutex) round(ctx context.Context, lease time.Duration, call *gat
 			r.count(ctx, q.major)
 			qm.giveBackLost(r, timeout)
 			return r
-		case v.kind == voteFailed && !errors.Is(core.Refused(v.err), ErrPermission):
-			qm.gateFailed(r.gate) // (a refusal is an answer: the gate is up)
+		case v.kind == voteFailed:
+			// Down, or refusing the Redis user: either way the next round
+			// meets at another gate, one that may grant.
+			qm.gateFailed(r.gate)
 		}
 	}
 	var wg sync.WaitGroup
