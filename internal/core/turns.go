@@ -137,9 +137,6 @@ type cohort struct {
 	// contended: waiters of other Clients were queued in Redis when this
 	// Client took the lock (see Park).
 	contended bool
-	// unreached: the last attempt of this Client's leader could not reach
-	// Redis (see NoteReached).
-	unreached bool
 	// parked is the lock kept, after its last release, for the next
 	// acquisition of this Client until parkTimer fires (see Park).
 	parked    *Pass
@@ -157,8 +154,11 @@ type cohort struct {
 type TurnWaiter struct {
 	ready  chan struct{} // closed when passed the lock or made the leader
 	closed bool
-	w      *mux.Waiter // its Redis-side wait, if it has one
-	pass   *Pass
+	// unreached: as the leader, its last attempt could not reach Redis
+	// (see NoteReached).
+	unreached bool
+	w         *mux.Waiter // its Redis-side wait, if it has one
+	pass      *Pass
 	// successor marks a leader chosen by a releasing holder, which is
 	// queueing it in Redis (or keeping the lock for it); promo is what the
 	// holder did for it then.
@@ -278,8 +278,8 @@ func (t *Turns) Active(name string) bool {
 func (t *Turns) NoteReached(name string, reached bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if co := t.m[name]; co != nil {
-		co.unreached = !reached
+	if co := t.m[name]; co != nil && co.leader != nil {
+		co.leader.unreached = !reached
 	}
 }
 
@@ -287,12 +287,12 @@ func (t *Turns) NoteReached(name string, reached bool) {
 // the Client's other calls has nothing to go by but a connection error: the
 // Client does not hold the lock, and its leader's last attempt could not
 // reach Redis. (Otherwise it waits behind a holder, or a leader whose
-// answer is on its way.)
+// answer is on its way; a new leader has had none yet.)
 func (t *Turns) Unreached(name string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	co := t.m[name]
-	return co != nil && co.unreached && !co.held
+	return co != nil && !co.held && co.leader != nil && co.leader.unreached
 }
 
 // Join registers a waiting acquisition. lead reports that it is the
