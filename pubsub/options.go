@@ -1,13 +1,13 @@
 package pubsub
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/relockio/relock/internal/mux"
 )
 
-// Option configures a Multiplexer.
+// Option configures a Multiplexer. An Option given a value out of range makes
+// New fail with an error that says which and matches ErrInvalidOption.
 type Option func(*config) error
 
 // config is an alias, so that the lock packages can hand Options to mux.New.
@@ -18,7 +18,7 @@ type config = mux.Config
 func WithConnections(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > 64 {
-			return fmt.Errorf("pubsub: connections must be between 1 and 64, got %d", n)
+			return mux.InvalidOptionf("pubsub: connections must be between 1 and 64, got %d", n)
 		}
 		c.Connections = n
 		return nil
@@ -43,7 +43,7 @@ const (
 func WithLinger(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 || d > maxLinger {
-			return fmt.Errorf("pubsub: WithLinger(%v) is out of range: must be between 0 and %v", d, maxLinger)
+			return mux.InvalidOptionf("pubsub: WithLinger(%v) is out of range: must be between 0 and %v", d, maxLinger)
 		}
 		c.Linger = d
 		return nil
@@ -56,7 +56,7 @@ func WithLinger(d time.Duration) Option {
 func WithMaxReconnectBackoff(d time.Duration) Option {
 	return func(c *config) error {
 		if d < mux.MinReconnectBackoff || d > maxMaxBackoff {
-			return fmt.Errorf("pubsub: WithMaxReconnectBackoff(%v) is out of range: must be between %v and %v", d, mux.MinReconnectBackoff, maxMaxBackoff)
+			return mux.InvalidOptionf("pubsub: WithMaxReconnectBackoff(%v) is out of range: must be between %v and %v", d, mux.MinReconnectBackoff, maxMaxBackoff)
 		}
 		c.MaxBackoff = d
 		return nil
@@ -95,7 +95,7 @@ func WithSharding(s Sharding) Option {
 		case ShardingSharded:
 			c.Sharding = mux.ShardingSharded
 		default:
-			return fmt.Errorf("pubsub: unknown sharding mode %d", s)
+			return mux.InvalidOptionf("pubsub: unknown sharding mode %d", s)
 		}
 		return nil
 	}

@@ -25,7 +25,7 @@ const (
 	AttrName    = attribute.Key("relock.lock.name") // see WithNameLabel
 	AttrOp      = attribute.Key("relock.op")        // Lock, TryLock, Unlock, ...
 	AttrWaited  = attribute.Key("relock.waited")
-	AttrVia     = attribute.Key("relock.via")       // redis, local_pass, hand_off, kept, reentry
+	AttrVia     = attribute.Key("relock.via")       // redis, local_pass, hand_off, kept, reentry; successful acquisitions only
 	AttrHandOff = attribute.Key("relock.handoff")   // local_pass, hand_off
 	AttrEnd     = attribute.Key("relock.hold.end")  // released, lost, abandoned, closed
 	AttrError   = attribute.Key("error.type")       // locked, unavailable, permission, other
@@ -264,14 +264,18 @@ func (o *Observer) attrs(e *rlock.Event, extra ...attribute.KeyValue) *pointAttr
 	return opt
 }
 
-// Acquired records an acquisition call: rlock.Observer.
+// Acquired records an acquisition call: rlock.Observer. A call that got the
+// lock has its span and acquisition counted with how it got it (AttrVia); a
+// failed one got nothing, so its span carries no AttrVia (Event.Via is then
+// its zero value, which would read "redis") and it counts as an error.
 func (o *Observer) Acquired(ctx context.Context, e *rlock.Event) {
-	o.span(ctx, e, AttrWaited.Bool(e.Waited), AttrVia.String(e.Via.String()))
 	if e.Err != nil {
+		o.span(ctx, e, AttrWaited.Bool(e.Waited))
 		o.errorsByType.Add(ctx, 1, o.attrs(e, AttrOp.String(e.Op), AttrError.String(e.Class.String())).add...)
 		o.wait.Record(ctx, e.Duration.Seconds(), o.attrs(e, AttrWaited.Bool(e.Waited), AttrError.String(e.Class.String())).rec...)
 		return
 	}
+	o.span(ctx, e, AttrWaited.Bool(e.Waited), AttrVia.String(e.Via.String()))
 	o.acquisitions.Add(ctx, 1, o.attrs(e, AttrVia.String(e.Via.String())).add...)
 	o.wait.Record(ctx, e.Duration.Seconds(), o.attrs(e, AttrWaited.Bool(e.Waited)).rec...)
 	if e.Via == rlock.ViaLocalPass || e.Via == rlock.ViaHandOff {

@@ -209,6 +209,51 @@ func TestSpans(t *testing.T) {
 	}, got)
 }
 
+// TestSpanViaOnlyOnSuccess: an acquisition that got the lock says how on its
+// span (relock.via); a failed one (TryLock of a held lock, a Lock whose
+// context ended in the queue) got nothing, and its span carries no
+// relock.via: Event.Via's zero value, which reads "redis", used to be set.
+func TestSpanViaOnlyOnSuccess(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cs := clients(t, 2, relockotel.WithTracerProvider(tp))
+	ctx := context.Background()
+	lockCtx, err := cs[0].FairMutex("via").Lock(ctx)
+	require.NoError(t, err)
+	_, err = cs[1].FairMutex("via").TryLock(ctx)
+	require.ErrorIs(t, err, rlock.ErrLocked)
+	short, cancel := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := cs[1].FairMutex("via").Lock(short)
+		failed <- err
+	}()
+	require.Eventually(t, func() bool { return cs[1].Stats().Waiting == 1 }, 10e9, 1e6)
+	cancel()
+	require.Error(t, <-failed)
+	require.NoError(t, cs[0].FairMutex("via").Unlock(lockCtx))
+
+	var ok, bad int
+	for _, s := range rec.Ended() {
+		if s.Name() != "Mutex.Lock" && s.Name() != "Mutex.TryLock" {
+			continue
+		}
+		attrs := attribute.NewSet(s.Attributes()...)
+		v, has := attrs.Value(relockotel.AttrVia)
+		if s.Status().Code == codes.Error {
+			bad++
+			require.False(t, has, "failed %s span has relock.via=%q", s.Name(), v.AsString())
+		} else {
+			ok++
+			require.True(t, has, "%s span of an acquisition without relock.via", s.Name())
+			require.Equal(t, "redis", v.AsString())
+		}
+	}
+	require.Equal(t, 1, ok, "acquisitions that got the lock")
+	require.Equal(t, 2, bad, "failed acquisitions")
+}
+
 // TestWithoutNames leaves the lock name off spans and metrics.
 func TestWithoutNames(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()

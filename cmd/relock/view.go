@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,7 +32,7 @@ type holderView struct {
 	Mode    string `json:"mode,omitempty"` // rw: read or write
 	Count   int64  `json:"count"`          // hold count; semaphore: permits
 	Token   uint64 `json:"token,omitempty"`
-	LeaseMS int64  `json:"lease_left_ms"`   // -1: no expiry
+	LeaseMS int64  `json:"lease_left_ms"`   // -1: no expiry; lapsed: -2 or less (see msOf)
 	Claim   bool   `json:"claim,omitempty"` // a claim not yet extended (rlock.Holder.Claim)
 }
 
@@ -42,7 +43,7 @@ type waiterView struct {
 	Mode       string `json:"mode,omitempty"`
 	Permits    int64  `json:"permits,omitempty"`
 	WaitedMS   int64  `json:"waited_ms"`    // -1: unknown
-	LapsesInMS int64  `json:"lapses_in_ms"` // unless it re-checks before
+	LapsesInMS int64  `json:"lapses_in_ms"` // unless it re-checks before; -1: no deadline; lapsed: -2 or less
 }
 
 // inspect reads one lock of kind into a view.
@@ -105,9 +106,16 @@ func waitersOf(ws []rlock.Waiter) []waiterView {
 	return out
 }
 
+// msOf is d in whole milliseconds (truncated), with -1 kept for rlock's
+// marker -1ns (no expiry, unknown, no deadline). A negative d, a lease or
+// place that lapsed, is at most -2 (a lapse under 2ms reads -2), so that it
+// never reads as the marker.
 func msOf(d time.Duration) int64 {
-	if d == -1 {
+	switch {
+	case d == -1:
 		return -1
+	case d < 0:
+		return min(d.Milliseconds(), -2)
 	}
 	return d.Milliseconds()
 }
@@ -211,14 +219,14 @@ func msText(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).Round(time.Millisecond).String()
 }
 
-// holderKey identifies the holders of v, to notice hand-offs between views.
+// holderKey identifies the holders of v, to notice hand-offs between views:
+// their labels sorted, since Inspect lists semaphore holders and RWMutex
+// readers by lease expiry, which renewals reorder while the holders stay.
 func holderKey(v view) string {
-	var b strings.Builder
+	labels := make([]string, len(v.Holders))
 	for i, h := range v.Holders {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(label(h.Mode, h.Owner))
+		labels[i] = label(h.Mode, h.Owner)
 	}
-	return b.String()
+	slices.Sort(labels)
+	return strings.Join(labels, ", ")
 }

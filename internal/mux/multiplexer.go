@@ -38,7 +38,7 @@ type Multiplexer struct {
 // not talk to Redis until the first Subscribe.
 func New[O Option](client rueidis.Client, opts ...O) (*Multiplexer, error) {
 	if client == nil {
-		return nil, fmt.Errorf("pubsub: nil rueidis client")
+		return nil, InvalidOptionf("pubsub: nil rueidis client")
 	}
 	cfg := DefaultConfig()
 	for _, opt := range opts {
@@ -50,7 +50,7 @@ func New[O Option](client rueidis.Client, opts ...O) (*Multiplexer, error) {
 		}
 	}
 	if cfg.Sharding == ShardingSharded && client.Mode() != rueidis.ClientModeCluster {
-		return nil, fmt.Errorf("pubsub: sharded pub/sub needs a Redis Cluster client, got mode %v", client.Mode())
+		return nil, InvalidOptionf("pubsub: sharded pub/sub needs a Redis Cluster client, got mode %v", client.Mode())
 	}
 	m := &Multiplexer{client: client, cfg: cfg, seed: maphash.MakeSeed(), closed: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -60,6 +60,10 @@ func New[O Option](client rueidis.Client, opts ...O) (*Multiplexer, error) {
 	}
 	return m, nil
 }
+
+// unusable reports a Multiplexer not made by New (nil, or a zero value):
+// it behaves as a closed one, and its methods return errNotNew.
+func (m *Multiplexer) unusable() bool { return m == nil || m.closed == nil }
 
 // Subscribe queues a new Waiter on channel with weight 1. See SubscribeWeighted.
 func (m *Multiplexer) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
@@ -80,8 +84,11 @@ func (m *Multiplexer) Subscribe(ctx context.Context, channel string) (*Waiter, e
 // permanent refusal (NOPERM for a channel the ACL denies) is returned at once,
 // wrapped in ErrSubscriptionRefused.
 //
-// On error (ctx done, Multiplexer closed, subscription refused) nothing is
-// left behind.
+// A nil ctx is refused at once with an error matching ErrInvalidOption; a
+// Multiplexer not made by New (a zero value) returns an error matching
+// ErrClosed. On error (ctx nil or done, Multiplexer closed, subscription
+// refused) it returns a nil Waiter and nothing is left behind: no Waiter is
+// queued and no channel counted.
 func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, weight int64) (*Waiter, error) {
 	w := new(Waiter)
 	if err := m.SubscribeInto(ctx, w, channel, weight); err != nil {
@@ -92,9 +99,17 @@ func (m *Multiplexer) SubscribeWeighted(ctx context.Context, channel string, wei
 
 // SubscribeInto is SubscribeWeighted for a Waiter that the caller allocated
 // (package pubsub's Waiter holds one by value, which saves an allocation per
-// wait); w must be zero, and is unused after an error.
+// wait); w must be zero, and is unused after an error. Its arguments are
+// checked before anything is queued.
 func (m *Multiplexer) SubscribeInto(ctx context.Context, w *Waiter, channel string, weight int64) error {
-	if channel == "" {
+	switch {
+	case ctx == nil:
+		return errNilContext("Subscribe")
+	case w == nil:
+		return fmt.Errorf("%w: Subscribe: nil Waiter", ErrInvalidOption)
+	case m.unusable():
+		return errNotNew
+	case channel == "":
 		return ErrInvalidChannel
 	}
 	if weight < 1 {
@@ -137,16 +152,20 @@ func (m *Multiplexer) SubscribeInto(ctx context.Context, w *Waiter, channel stri
 // only when the channel's subscription is live: confirmed by Redis on the
 // current connection (other Waiters are on it, or it lingers). It never waits
 // and sends nothing; it returns nil when the channel is not subscribed, is
-// being resubscribed after a reconnect, or m is closed.
+// being resubscribed after a reconnect, or m is closed (or not made by New).
 func (m *Multiplexer) SubscribeIfLive(channel string, weight int64) *Waiter {
-	if channel == "" {
+	if channel == "" || m.unusable() {
 		return nil
 	}
 	return m.connFor(channel).joinIfLive(channel, max(weight, 1))
 }
 
-// Waiting returns how many Waiters are queued on channel in this process.
+// Waiting returns how many Waiters are queued on channel in this process
+// (0 for a Multiplexer not made by New).
 func (m *Multiplexer) Waiting(channel string) int {
+	if m.unusable() {
+		return 0
+	}
 	c := m.connFor(channel)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -173,8 +192,12 @@ type Stats struct {
 	Messages int64
 }
 
-// Stats returns current counts; cheap enough for metrics scraping.
+// Stats returns current counts; cheap enough for metrics scraping. A
+// Multiplexer not made by New has none (zero Stats).
 func (m *Multiplexer) Stats() Stats {
+	if m.unusable() {
+		return Stats{}
+	}
 	s := Stats{Messages: m.messages.Load()}
 	for _, c := range m.conns {
 		c.mu.Lock()
@@ -190,7 +213,11 @@ func (m *Multiplexer) Stats() Stats {
 
 // Close stops every connection and wakes all Waiters (their Done channel is
 // closed). It waits for the connection goroutines to exit and is idempotent.
+// On a Multiplexer not made by New it does nothing.
 func (m *Multiplexer) Close() {
+	if m.unusable() {
+		return
+	}
 	m.closeOnce.Do(func() {
 		close(m.closed)
 		m.cancel()

@@ -21,7 +21,16 @@ const (
 // that publishers must use SPUBLISH (see PublishCommand). Under ShardingAuto
 // on a cluster client the first call asks the server its version (INFO
 // server), retrying transient failures until ctx ends; the answer is kept.
+// A nil ctx is refused with an error matching ErrInvalidOption, and a
+// Multiplexer not made by New returns an error matching ErrClosed; the bool
+// is then false.
 func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
+	switch {
+	case ctx == nil:
+		return false, errNilContext("Sharded")
+	case m.unusable():
+		return false, errNotNew
+	}
 	if mode := m.mode.Load(); mode != modeUnknown {
 		return mode == modeSharded, nil
 	}
@@ -48,8 +57,15 @@ func (m *Multiplexer) Sharded(ctx context.Context) (bool, error) {
 // Waiters. When the mode is not known yet it is detected within ctx; if that
 // fails (Redis unreachable) "PUBLISH" is returned: a message published so may
 // be missed by sharded Waiters, which is safe only where, as in this module's
-// locks, messages merely wake and every wait also re-checks on a timer.
+// locks, messages merely wake and every wait also re-checks on a timer. With
+// a nil ctx nothing is detected: the mode if known, else "PUBLISH".
 func (m *Multiplexer) PublishCommand(ctx context.Context) string {
+	if ctx == nil {
+		if !m.unusable() && m.mode.Load() == modeSharded {
+			return "SPUBLISH"
+		}
+		return "PUBLISH"
+	}
 	if sharded, _ := m.Sharded(ctx); sharded {
 		return "SPUBLISH"
 	}

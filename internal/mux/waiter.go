@@ -10,6 +10,10 @@ import (
 //
 // A Waiter is used by a single goroutine; C may be read while the Multiplexer
 // delivers signals concurrently, and Notify may be called from any goroutine.
+//
+// A Waiter not made by Subscribe (nil, or a zero value) is in no queue and
+// behaves as one whose Multiplexer closed: Done is closed, Err and Wait return
+// an error matching ErrClosed, C never receives, and Leave, Notify do nothing.
 type Waiter struct {
 	wake   chan struct{} // buffered 1: a signal is never lost, and never piles up
 	weight int64
@@ -40,15 +44,38 @@ type Waiter struct {
 //
 // C is never closed, not even by Close; select on Done as well (or use Wait),
 // so as not to block forever after the Multiplexer closed.
-func (w *Waiter) C() <-chan struct{} { return w.wake }
+func (w *Waiter) C() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.wake
+}
+
+// unusable reports a Waiter not made by Subscribe (nil, or a zero value).
+func (w *Waiter) unusable() bool { return w == nil || w.conn == nil }
+
+// closedChan is the Done of a Waiter not made by Subscribe.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Wait blocks until the Waiter is woken (see C), ctx is done or the
 // Multiplexer is closed. It returns nil after a wake, ctx.Err() when ctx
 // ended, ErrClosed after Close, and the refusal (see Err) when the wake was
 // Redis refusing the channel's subscription for good. After nil the caller
 // re-checks the resource it waits for, and calls Wait again if it is still
-// unavailable.
+// unavailable. A nil ctx is refused at once with an error matching
+// ErrInvalidOption (a pending wake stays pending); a Waiter not made by
+// Subscribe returns an error matching ErrClosed.
 func (w *Waiter) Wait(ctx context.Context) error {
+	switch {
+	case ctx == nil:
+		return errNilContext("Waiter.Wait")
+	case w.unusable():
+		return errNotSubscribed
+	}
 	select {
 	case <-w.wake:
 		return w.Err()
@@ -67,6 +94,9 @@ func (w *Waiter) Wait(ctx context.Context) error {
 // Multiplexer closed, Err returns ErrClosed. A refusal wakes the Waiter on C,
 // so a waiting goroutine checks Err after each wake.
 func (w *Waiter) Err() error {
+	if w.unusable() {
+		return errNotSubscribed
+	}
 	w.conn.mu.Lock()
 	err := w.entry.err
 	w.conn.mu.Unlock()
@@ -82,7 +112,12 @@ func (w *Waiter) Err() error {
 }
 
 // Done is closed when the Multiplexer is closed; waiting any longer is futile.
-func (w *Waiter) Done() <-chan struct{} { return w.conn.mux.closed }
+func (w *Waiter) Done() <-chan struct{} {
+	if w.unusable() {
+		return closedChan
+	}
+	return w.conn.mux.closed
+}
 
 // Leave removes the Waiter from its channel's queue; the last Waiter leaving a
 // channel lets it go idle after the linger: its messages are ignored, and the
@@ -93,6 +128,9 @@ func (w *Waiter) Done() <-chan struct{} { return w.conn.mux.closed }
 // release it was woken for is not lost with it.
 // Leave is idempotent.
 func (w *Waiter) Leave(satisfied bool) {
+	if w.unusable() {
+		return
+	}
 	w.conn.leave(w, satisfied)
 }
 
@@ -180,7 +218,11 @@ func (w *Waiter) Followed() bool {
 // Notify wakes the Waiter as a message chosen for it would (C receives a
 // value unless a wake is already pending): for a process-local event that the
 // waiting goroutine must look at. Safe from any goroutine, also after Leave.
-func (w *Waiter) Notify() { w.signal() }
+func (w *Waiter) Notify() {
+	if w != nil {
+		w.signal()
+	}
+}
 
 // signal wakes the waiter unless a wake is already pending. It reports whether a
 // new signal was delivered.
@@ -208,6 +250,9 @@ func (w *Waiter) IgnoreBudget() {
 // Waiter's queue. It is false from the moment a lost connection is noticed until
 // the channel is subscribed again (and every Waiter woken).
 func (w *Waiter) Live() bool {
+	if w.unusable() {
+		return false
+	}
 	w.conn.mu.Lock()
 	defer w.conn.mu.Unlock()
 	return !w.left && w.entry.confirmed && w.conn.entries[w.entry.channel] == w.entry
