@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/rlock"
 )
 
@@ -64,18 +66,23 @@ type NamesReport struct {
 	// release's latch the unlock timeout + 1s.
 	IdleBound string `json:"idle_bound"`
 
-	BaselineBytes  int64   `json:"baseline_used_memory"`
-	HeldBytes      int64   `json:"held_used_memory"`
-	HeldKeys       int64   `json:"held_keys"`
-	IdleBytes      int64   `json:"idle_used_memory"` // the held sample just released
-	IdleKeys       int64   `json:"idle_keys"`
-	PeakBytes      int64   `json:"peak_used_memory"` // every name locked once, before the idle bound
-	PeakKeys       int64   `json:"peak_keys"`
-	AfterBytes     int64   `json:"after_used_memory"`
-	AfterKeys      int64   `json:"after_keys"`
-	PerHeldName    float64 `json:"bytes_per_held_name"`
-	PerIdleName    float64 `json:"bytes_per_idle_name_before_bound"`
-	LockUnlockPerS float64 `json:"lock_unlock_per_s"`
+	BaselineBytes int64   `json:"baseline_used_memory"`
+	HeldBytes     int64   `json:"held_used_memory"`
+	HeldKeys      int64   `json:"held_keys"`
+	IdleBytes     int64   `json:"idle_used_memory"` // the held sample just released
+	IdleKeys      int64   `json:"idle_keys"`
+	PeakBytes     int64   `json:"peak_used_memory"` // every name locked once, before the idle bound
+	PeakKeys      int64   `json:"peak_keys"`
+	AfterBytes    int64   `json:"after_used_memory"`
+	AfterKeys     int64   `json:"after_keys"`
+	PerHeldName   float64 `json:"bytes_per_held_name"`
+	PerIdleName   float64 `json:"bytes_per_idle_name_before_bound"`
+	// SpinPerHeldName is the same sample held by the bench's spin lock (SET
+	// NX PX of a token, on the key an rlock.Mutex of that name holds), on
+	// the same server just before; HeldRatioToSpin is PerHeldName over it.
+	SpinPerHeldName float64 `json:"spin_bytes_per_held_name"`
+	HeldRatioToSpin float64 `json:"held_ratio_to_spin"`
+	LockUnlockPerS  float64 `json:"lock_unlock_per_s"`
 	// KeysGoneAfter is the time from the last Lock call's return to the
 	// first DBSIZE of 0 (polled every 250ms); MemoryBackAfter from then to
 	// used_memory within 1% of the baseline (or the settle limit).
@@ -208,6 +215,28 @@ func runNames(ctx context.Context, cfg config, nc namesConfig) error {
 		return ctx.Err()
 	}
 
+	// The held sample, first as spin locks on the keys the Mutexes will
+	// hold, released by their compare-and-delete, for the ratio.
+	spin := measure.NewSpinLocker(rc, rand.Text()[:12], keep)
+	spinHeld := make([]func(context.Context) error, nc.held)
+	if err := forEach(0, nc.held, func(i int) error {
+		unlock, err := spin.Lock(ctx, prefix+":{"+name(i)+"}")
+		spinHeld[i] = unlock
+		return err
+	}); err != nil {
+		return err
+	}
+	spinBytes, _, err := memory()
+	if err != nil {
+		return err
+	}
+	rep.SpinPerHeldName = float64(spinBytes-rep.BaselineBytes) / float64(nc.held)
+	if err := forEach(0, nc.held, func(i int) error { return spinHeld[i](ctx) }); err != nil {
+		return err
+	}
+	spinHeld = nil
+	fmt.Printf("%d names held by the spin lock: %.0f bytes per held name\n", nc.held, rep.SpinPerHeldName)
+
 	// The held sample.
 	held := make([]context.Context, nc.held)
 	if err := forEach(0, nc.held, func(i int) error {
@@ -223,6 +252,8 @@ func runNames(ctx context.Context, cfg config, nc namesConfig) error {
 	rep.PerHeldName = float64(rep.HeldBytes-rep.BaselineBytes) / float64(nc.held)
 	fmt.Printf("%d names held: used_memory %s, %d keys: %.0f bytes and %.2f keys per held name\n",
 		nc.held, fmtBytes(rep.HeldBytes), rep.HeldKeys, rep.PerHeldName, float64(rep.HeldKeys)/float64(nc.held))
+	rep.HeldRatioToSpin = rep.PerHeldName / rep.SpinPerHeldName
+	fmt.Printf("held name, rlock against the spin lock: %.2fx\n", rep.HeldRatioToSpin)
 	if err := forEach(0, nc.held, func(i int) error { return c.Mutex(name(i)).Unlock(held[i]) }); err != nil {
 		return err
 	}

@@ -401,7 +401,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	req := newRequest(m.c)
 	var r releaseReply
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, nil, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), req, lease, nil, false)
 		m.c.NoteError(e)
 		return e
 	})

@@ -25,12 +25,21 @@ func ReleaseWithRequestID(m *Mutex, lockCtx context.Context, id string) error {
 // attempt was lost. It returns the script's answer: the hold count left, or -1
 // when the owner does not hold the lock.
 func ReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id string) (int64, error) {
+	return releaseScriptSent(ctx, m, lockCtx, &request{id: id, sent: true})
+}
+
+// NewReleaseScript is ReleaseScript for a new request: its first attempt.
+func NewReleaseScript(ctx context.Context, m *Mutex, lockCtx context.Context, id string) (int64, error) {
+	return releaseScriptSent(ctx, m, lockCtx, &request{id: id})
+}
+
+func releaseScriptSent(ctx context.Context, m *Mutex, lockCtx context.Context, req *request) (int64, error) {
 	h := m.holdOf(lockCtx)
 	if h == nil {
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), &request{id: id, sent: true}, lease, nil, false)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), req, lease, nil, false)
 	return r.left, err
 }
 

@@ -748,7 +748,7 @@ func TestFaultIdempotentRelease(t *testing.T) {
 			t.Fatalf("retried final release: %d, %v; want 0 (the first outcome)", left, err)
 		}
 		// A new request is not confused with it.
-		if left, err := rlock.ReleaseScript(e.ctx, m, l2, "r3"); err != nil || left != -1 {
+		if left, err := rlock.NewReleaseScript(e.ctx, m, l2, "r3"); err != nil || left != -1 {
 			t.Fatalf("new release request after the lock was freed: %d, %v; want -1 (not held)", left, err)
 		}
 		// No one was queued: a Mutex's release announces nothing (only a

@@ -325,11 +325,14 @@ func TestIdleTokensRiseAcrossExpiry(t *testing.T) {
 	}
 
 	// A counter running 3s ahead of the clock: as 3,000,000 tokens reserved
-	// at once would leave it (46,000 contended acquisitions of 65). The next
-	// acquisition must keep the counter until the clock has passed it.
+	// at once would leave it (46,000 contended acquisitions of 65), with the
+	// expiry such a reservation gives it. The next acquisition must keep the
+	// counter until the clock has passed it.
 	const ahead = 3 * time.Second
 	l := ftLock(t, e.ctx, m)
-	if err := e.raw.Do(e.ctx, e.raw.B().Incrby().Key(fence).Increment(ahead.Microseconds()).Build()).Error(); err != nil {
+	now := time.Now()
+	if err := e.raw.Do(e.ctx, e.raw.B().Set().Key(fence).Value(strconv.FormatInt(now.Add(ahead).UnixMicro(), 10)).
+		Pxat(now.Add(ahead+time.Second)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	mustUnlockFT(t, m, l)

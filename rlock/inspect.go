@@ -90,8 +90,10 @@ type LockInfo struct {
 	Name string
 	// Holder is the holder, nil when the lock is free.
 	Holder *Holder
-	// Fence is the fencing counter: the highest token reserved so far (0
-	// when it expired). Holder.Token is at most Fence, and so is the token
+	// Fence is the highest token reserved so far: the fencing counter, or
+	// while an uncontended holder keeps its tokens in its own hash, the
+	// last of them (0 when neither is left: the counter expired and no one
+	// holds). Holder.Token is at most Fence, and so is the token
 	// of any goroutine holding the lock now (see Holder.Token): a block of
 	// tokens reserved for the holder to pass on ends at Fence.
 	Fence uint64

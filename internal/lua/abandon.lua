@@ -33,7 +33,7 @@ local lock, owner, q = KEYS[1], ARGV[1], {queue = KEYS[3], waiters = KEYS[4]}
 -- could not be told is not handed the lock: see mutex_handoff. The owner
 -- field is given up all the same.)
 local denied = lock_denied(function(c)
-  return c('SET', KEYS[2]) and c('HDEL', lock) and
+  return c('HMGET', lock) and c('SET', KEYS[2]) and c('HDEL', lock) and
     c('EXISTS', lock) and mutex_may(c, lock, q, KEYS[5])
 end)
 if denied then
@@ -43,6 +43,13 @@ if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
 end
 queue_dequeue(q, queue_entry(owner, ARGV[2], ARGV[10], ARGV[8], ''))
+-- The hold's last token, if the owner holds, which the counter may not
+-- record (see fence_take).
+local hold_last
+local count, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
+if count then
+  hold_last = lock_last(token, tokens_end)
+end
 local held = redis.call('HDEL', lock, owner)
 if held == 1 then
   -- A Mutex has one holder: its token and claim (see LOCK_TOKEN) go with it.
@@ -53,6 +60,10 @@ if held == 1 or redis.call('EXISTS', lock) == 0 then
   if held == 1 then
     message = ARGV[5]
   end
-  mutex_handoff(lock, KEYS[5], q, ARGV[3], ARGV[4], ARGV[9], message, nil, tonumber(ARGV[6]))
+  local _, last = mutex_handoff(lock, KEYS[5], q, ARGV[3], ARGV[4], ARGV[9], message, nil, tonumber(ARGV[6]), nil,
+    hold_last)
+  if last == 0 then
+    fence_free(KEYS[5], hold_last, ARGV[2])
+  end
 end
 return held

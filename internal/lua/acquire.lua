@@ -104,8 +104,15 @@ if found == 0 then
   if denied then
     return denied
   end
-  local last = fence_tokens(fence, block, lease)
-  lock_hold(lock, owner, last - block + 1, lease, lease)
+  -- With a lease of 1s or more the hash records the tokens, not the counter
+  -- (fence_take): a lock taken on a new name is one key.
+  local last
+  if tonumber(lease) >= FENCE_KEEP_MS then
+    last = fence_take(fence, block, lease)
+  else
+    last = fence_tokens(fence, block, lease)
+  end
+  lock_hold(lock, owner, last - block + 1, lease, lease, nil, block > 1 and last or nil)
   return {1, last - block + 1, 1, last, 0}
 end
 -- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
@@ -141,7 +148,7 @@ if wait == -2 then
       left = redis.call('ZCARD', q.queue)
     end
     local last = fence_tokens(fence, block, lease)
-    lock_hold(lock, owner, last - block + 1, lease, lease, left > 0)
+    lock_hold(lock, owner, last - block + 1, lease, lease, left > 0, block > 1 and last or nil)
     return {1, last - block + 1, 1, last, left}
   end
 else

@@ -27,6 +27,22 @@
 -- the keep time. Nothing here survives a server clock stepped back by more
 -- than that, or writes lost by asynchronous replication (see WithReplicaAck).
 -- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
+--
+-- An uncontended Mutex hold does not write the counter (fence_take): its
+-- hash records its tokens instead (LOCK_TOKEN, LOCK_LAST), so that a lock
+-- held on a name not used for a while is one key in Redis, not two. The
+-- counter is written when the hold ends: a release, ForceUnlock or
+-- abandon.lua gives it the hold's last token (fence_free) unless a hand-off
+-- reserves tokens above that at once (fence_tokens' floor); a hold that
+-- expires instead did so its lease (1s at least: fence_take is used only
+-- then) after its tokens were reserved, a block at most 65us ahead of the
+-- clock, so a counter made afresh from the clock starts above them as above.
+--
+-- Hence, while such a hold lives the counter (or, when it is missing, the
+-- clock) may stand below tokens of the hold's block: fence_seen may return
+-- a value below them. That is harmless where it is used, since no grant
+-- message carries those tokens (the holder passes them in its own process)
+-- and every later reservation starts above them (the floor).
 
 -- The shortest time (ms) the counter is kept past its last token or holder:
 -- the margin for a failover to a replica whose clock lags (rw_renew.lua
@@ -46,17 +62,58 @@ local function fence_expiry(last, keep)
 end
 
 -- Reserves a block of tokens and returns the last one. keep is the lease (ms)
--- of the hold that takes them. One SET when the clock is ahead of the
--- counter (it reads the counter as it writes), two when it is not.
-local function fence_tokens(fence, block, keep)
+-- of the hold that takes them; floor, if given, the last token of a hold
+-- that ends here and whose tokens the counter may not record (see
+-- fence_take). One SET when the clock is ahead of the counter and the floor
+-- (it reads the counter as it writes), two when it is not.
+local function fence_tokens(fence, block, keep, floor)
   now_ms() -- the clock is read before any write, and once per script
-  local last = clock_us + block
+  local base = math.max(clock_us, floor or 0)
+  local last = base + block
   local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep), 'GET'))
-  if before and before > clock_us then
+  if before and before > base then
     last = before + block
     redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))
   end
   return last
+end
+
+-- Reserves a block of tokens for an uncontended hold of a lease of keep ms
+-- (FENCE_KEEP_MS at least) and returns the last one, without writing the
+-- counter: the hold's hash records its tokens (see the top of this file).
+-- Only a counter ahead of the clock (tokens reserved faster than one per
+-- microsecond) is written, above itself, as fence_tokens would. One read,
+-- and a write when the counter is ahead.
+local function fence_take(fence, block, keep)
+  now_ms()
+  local before = tonumber(redis.call('GET', fence))
+  if before and before > clock_us then
+    local last = before + block
+    redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))
+    return last
+  end
+  return clock_us + block
+end
+
+-- Gives the counter the last token of a hold that ends with no tokens
+-- reserved after it (fence_take), to expire keep ms past the time last
+-- stands for (FENCE_KEEP_MS at least). While such a hold lives nothing else
+-- writes the counter, so it is not above last; should it be, it is put back.
+-- last nil (a hash that records no token: a quorum vote's, an older
+-- version's): nothing to do. One SET.
+local function fence_free(fence, last, keep)
+  if not last then
+    return
+  end
+  -- (Kept past the time last stands for, as fence_expiry does, without the
+  -- clock: a release does not read it.)
+  local function at(value)
+    return string.format('%d', math.ceil(value / 1000) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS))
+  end
+  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', at(last), 'GET'))
+  if before and before > last then
+    redis.call('SET', fence, string.format('%d', before), 'PXAT', at(before))
+  end
 end
 
 -- The counter now (the last token issued), or a fresh token when it is

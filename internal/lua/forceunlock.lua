@@ -20,7 +20,7 @@
 -- nothing was changed.
 local q = {queue = KEYS[2], waiters = KEYS[3]}
 local denied = lock_denied(function(c)
-  return c('HKEYS', KEYS[1]) and mutex_may(c, KEYS[1], q, KEYS[4]) and
+  return c('HKEYS', KEYS[1]) and c('HMGET', KEYS[1]) and c('PTTL', KEYS[1]) and mutex_may(c, KEYS[1], q, KEYS[4]) and
     c(lock_publish_name(ARGV[1]), ARGV[2], 'm')
 end)
 if denied then
@@ -32,6 +32,10 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     owners[#owners + 1] = field
   end
 end
+-- The hold's last token, which the counter may not record (see fence_take),
+-- is kept as long as Redis would have kept the hold.
+local hold_last = lock_last(unpack(redis.call('HMGET', KEYS[1], LOCK_TOKEN, LOCK_LAST)))
+local keep = hold_last and now_ms() + redis.call('PTTL', KEYS[1]) - math.ceil(hold_last / 1000)
 for _, owner in ipairs(owners) do
   denied = lock_denied(function(c)
     return c(lock_publish_name(ARGV[1]), queue_channel(ARGV[5], owner), 'm')
@@ -44,7 +48,11 @@ if redis.call('DEL', KEYS[1]) == 1 then
   for _, owner in ipairs(owners) do
     lock_publish(ARGV[1], queue_channel(ARGV[5], owner), '@' .. owner .. ' !')
   end
-  mutex_handoff(KEYS[1], KEYS[4], q, ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]))
+  local _, last = mutex_handoff(KEYS[1], KEYS[4], q, ARGV[1], ARGV[2], ARGV[5], ARGV[3], nil, tonumber(ARGV[4]), nil,
+    hold_last)
+  if last == 0 then
+    fence_free(KEYS[4], hold_last, keep)
+  end
   return 1
 end
 return 0

@@ -12,7 +12,9 @@
 --   {now, pttl, fence, queued, holders, waiters, token, claim}
 --   now      the server clock in microseconds
 --   pttl     the lock hash's PTTL in ms (-2: no holder, -1: no expiry)
---   fence    the fencing counter ('' when missing)
+--   fence    the highest token reserved: the fencing counter, or the last
+--            token of the holder's block when that is higher (the counter
+--            does not record it, see fence_take); '' for neither
 --   queued   the number of entries in the queue
 --   holders  {owner, count, ...}: the hash's owner fields
 --   waiters  {owner, arrival, deadline, lease, '', ...} from the head: the
@@ -24,7 +26,7 @@
 --            holder, or a hash written by an older version); see LOCK_TOKEN
 --   claim    '1' when the hold is a claim not yet extended, else '0'
 now_ms()
-local holders, token, claim = {}, '', nil
+local holders, token, claim, tokens_end = {}, '', nil, nil
 local fields = redis.call('HGETALL', KEYS[1])
 for i = 1, #fields, 2 do
   local f = fields[i]
@@ -32,11 +34,18 @@ for i = 1, #fields, 2 do
     token = fields[i + 1]
   elseif f == LOCK_CLAIM then
     claim = fields[i + 1]
+  elseif f == LOCK_LAST then
+    tokens_end = fields[i + 1]
   elseif lock_owner(f) then
     holders[#holders + 1] = f
     holders[#holders + 1] = fields[i + 1]
   end
 end
 local waiters = queue_waiters({queue = KEYS[3], waiters = KEYS[4]}, tonumber(ARGV[1]))
-return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), redis.call('GET', KEYS[2]) or '',
+local fence = redis.call('GET', KEYS[2])
+local last = lock_last(token, tokens_end)
+if last and (not fence or last > tonumber(fence)) then
+  fence = string.format('%d', last)
+end
+return {string.format('%d', clock_us), tostring(redis.call('PTTL', KEYS[1])), fence or '',
   tostring(redis.call('ZCARD', KEYS[3])), holders, waiters, token, lock_claimed(KEYS[1], claim) and '1' or '0'}

@@ -33,9 +33,9 @@ end
 -- most QUEUE_CHASE), which tells the new holder whether anyone waits after
 -- it, without counting the queue.
 local function mutex_grant(k, _, arrival, owner, lease, ttl, secret, _, behind)
-  k.last = fence_tokens(k.fence, k.block, lease)
+  k.last = fence_tokens(k.fence, k.block, lease, k.floor)
   local first = k.last - k.block + 1
-  lock_hold(k.lock, owner, first, ttl, lease, #behind > 0)
+  lock_hold(k.lock, owner, first, ttl, lease, #behind > 0, k.block > 1 and k.last or nil)
   return queue_proof(secret, arrival, first, k.last, #behind)
 end
 
@@ -60,13 +60,15 @@ end
 -- published on channel for local listeners instead. When the caller's own
 -- entry self is at the head, nothing is done and -1 is returned: the caller
 -- takes the lock itself. pre, if given, is the head the caller just looked up
--- ({head, arrival, behind}, see queue_head).
+-- ({head, arrival, behind}, see queue_head); floor, the last token of the
+-- hold that just ended, when the counter may not record it (fence_take): the
+-- grant's tokens start above it.
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
 -- no one waits, or -1) and the last fencing token reserved (0 when none was),
 -- and, when the head waiter's grant channel may not be published on (an ACL),
 -- the refusal: the lock is then left free and the head queued.
-local function mutex_handoff(lock, fence, q, publish, channel, grants, message, self, block, pre)
-  local k = {grants = grants, lock = lock, fence = fence, block = block, q = q, ttl = 0, last = 0,
+local function mutex_handoff(lock, fence, q, publish, channel, grants, message, self, block, pre, floor)
+  local k = {grants = grants, lock = lock, fence = fence, block = block, floor = floor, q = q, ttl = 0, last = 0,
     grant = mutex_grant, settle = mutex_settle}
   local served, refusal = queue_serve(q, self, publish, k, pre)
   if served then

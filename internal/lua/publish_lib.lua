@@ -114,6 +114,9 @@ end
 --               exactly; any lease set since (an extension, a renewal, a
 --               re-entry) moved the expiry past it, so the hold is a claim
 --               not yet extended while the two are equal (see lock_claimed)
+--   LOCK_LAST   the last token of the holder's block, when it is more than
+--               one token: the fencing counter may not record it (see
+--               fence_take)
 --   LOCK_QUEUED only in a Mutex's hash: someone may be queued for the lock,
 --               written by a waiter as it queues and by a hand-off that leaves
 --               others queued; the holder's final release looks at the queue
@@ -121,7 +124,17 @@ end
 --               one hash field and no queue. One left after its waiter went
 --               costs that release a look at an empty queue.
 -- All go with the hash when the holder releases (the hash is deleted).
-local LOCK_TOKEN, LOCK_CLAIM, LOCK_QUEUED = 't', 'c', 'q'
+local LOCK_TOKEN, LOCK_CLAIM, LOCK_QUEUED, LOCK_LAST = 't', 'c', 'q', 'l'
+
+-- The last token a Mutex-shaped hold may have handed out, given the hash's
+-- LOCK_TOKEN and LOCK_LAST fields as read (nil: neither is recorded).
+local function lock_last(token, last)
+  token, last = tonumber(token), tonumber(last)
+  if token and last then
+    return math.max(token, last)
+  end
+  return token or last
+end
 
 -- Whether a field of a lock hash is an owner field.
 local function lock_owner(field)
@@ -132,12 +145,16 @@ end
 -- LOCK_TOKEN) with token, for ttl ms of its lease of lease ms: one HSET and
 -- one expiry. A grant for a claim window (ttl < lease) expires at a time the
 -- hash records (LOCK_CLAIM). The caller's ACL check covers HSET, PEXPIRE and
--- PEXPIREAT on lock. queued: others wait (see LOCK_QUEUED).
-local function lock_hold(lock, owner, token, ttl, lease, queued)
+-- PEXPIREAT on lock. queued: others wait (see LOCK_QUEUED). last, when given,
+-- is recorded as LOCK_LAST.
+local function lock_hold(lock, owner, token, ttl, lease, queued, last)
   ttl, token = tonumber(ttl), string.format('%d', token)
   local fields = {owner, 1, LOCK_TOKEN, token}
   if queued then
-    fields[5], fields[6] = LOCK_QUEUED, 1
+    fields[#fields + 1], fields[#fields + 2] = LOCK_QUEUED, 1
+  end
+  if last then
+    fields[#fields + 1], fields[#fields + 2] = LOCK_LAST, string.format('%d', last)
   end
   if ttl < tonumber(lease) then
     local at = string.format('%d', now_ms() + ttl)

@@ -40,6 +40,11 @@
 --          freed, not kept
 -- ARGV[13] '1' when an earlier attempt of this request may have run (a retry
 --          after a lost reply): only then is the result latch read
+-- ARGV[14] the releasing holder's fencing token, or '' (a quorum vote's
+--          hold, which has none): a final release with no one queued writes
+--          no latch but gives the hold's tokens back to the fencing counter
+--          (fence_free), and a retry that finds the hold gone reads the
+--          counter: at or above this token, the first attempt freed it
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -81,10 +86,17 @@ if done then
   end
   return reply
 end
-local count, queued = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED))
+local count, queued, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
 if not count then
+  if ARGV[13] == '1' and ARGV[14] ~= '' and tonumber(redis.call('GET', fence) or '0') >= tonumber(ARGV[14]) then
+    -- (Or it lapsed and a later holder has been and gone: the hold is over
+    -- either way.)
+    return {0}
+  end
   return {-1}
 end
+-- The hold's last token, which the counter may not record (see fence_take).
+local hold_last = lock_last(token, tokens_end)
 local left = tonumber(count) - 1
 -- The message announcing a free lock when no one is queued, if any
 -- (QuorumMutex waiters listen for it; a Mutex's waiters queue).
@@ -99,14 +111,18 @@ if left <= 0 and not queued and ARGV[8] == '' and not message then
   -- the general path below does in this case, before the queue library is
   -- made).
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and c('DEL', lock)
+    return c('SET', KEYS[7]) and c('DEL', lock) and c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET')
   end)
   if denied then
     return denied
   end
   lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  redis.call('SET', latch, '0', 'PX', ARGV[6])
+  fence_free(fence, hold_last, lease)
+  if not (hold_last and ARGV[14] ~= '') then
+    -- (Otherwise no latch: the counter tells a retry, see ARGV[14].)
+    redis.call('SET', latch, '0', 'PX', ARGV[6])
+  end
   return {0}
 end
 -- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
@@ -120,7 +136,7 @@ if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   end)
 elseif left <= 0 then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and c('DEL', lock)
+    return c('SET', KEYS[7]) and c('DEL', lock) and c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET')
   end)
 else
   denied = lock_denied(function(c)
@@ -139,8 +155,12 @@ if left > 0 then
 elseif ARGV[8] == '' then
   lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
-  denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block,
-    {queue_head(q, first)}))
+  local _, last
+  _, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block,
+    {queue_head(q, first)}, hold_last)
+  if last == 0 then
+    fence_free(fence, hold_last, lease)
+  end
   reply = '0'
 else
   local head, arrival, behind = queue_head(q, first)
@@ -148,12 +168,13 @@ else
     lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
     denied = select(3, mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block, {}))
+    fence_free(fence, hold_last, lease)
     reply = '-4'
   elseif not head then
-    local last = fence_tokens(fence, block, lease)
+    local last = fence_tokens(fence, block, lease, hold_last)
     -- The first token goes to the successor, the lease re-set ends a claim
     -- (see LOCK_TOKEN).
-    redis.call('HSET', lock, LOCK_TOKEN, string.format('%d', last - block + 1))
+    redis.call('HSET', lock, LOCK_TOKEN, string.format('%d', last - block + 1), LOCK_LAST, string.format('%d', last))
     redis.call('PEXPIRE', lock, lease)
     reply = string.format('-3 %d %d', last - block + 1, last)
   else
@@ -166,13 +187,15 @@ else
       behind[#behind + 1] = ARGV[8]
     end
     local granted, last
-    granted, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block, {head, arrival, behind})
+    granted, last, denied = mutex_handoff(lock, fence, q, ARGV[3], ARGV[4], ARGV[11], message, nil, block,
+      {head, arrival, behind}, hold_last)
     -- The successor re-checks when the grant lapses (at once when none was
     -- made), as the reply tells its Client.
     local _, successor_lease = queue_parse(ARGV[8])
     redis.call('ZADD', q.waiters, 'XX', now_ms() + math.min(math.max(granted, 0), tonumber(ARGV[9])) +
       queue_grace(successor_lease or 0), ARGV[8])
     if last == 0 then
+      fence_free(fence, hold_last, lease)
       last = fence_seen(fence)
     end
     reply = string.format('0 %d %d', last, granted)
