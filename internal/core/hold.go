@@ -13,7 +13,8 @@ import (
 // them. The watchdog runs Script on the KEYS and ARGV that Args returns for a
 // batch (all of one cluster slot on a cluster client); Script returns one
 // entry per hold of the batch, in order: 1 when its lease was extended to
-// lease, 0 when it is gone in Redis.
+// lease, 0 when it is gone in Redis, -1 when its renewal met an error of its
+// own and changed nothing of it (see applyRenewals).
 type Kind struct {
 	Name   string
 	Script *lua.Pipelined

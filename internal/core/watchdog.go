@@ -230,9 +230,10 @@ func (c *Client) renewAll(budget time.Duration, report func(failed []*Hold)) {
 // of its own, so that a node that does not answer holds up only the renewals
 // of its slots; otherwise all go in one DoMulti. Each batch's reply applies
 // on its own: a hold found gone ends with ErrLeaseLost. As each node's
-// renewals end, laneDone (if not nil) is called with the holds whose batch
-// failed there (none, for a node whose batches all came back). It returns
-// how many holds and script calls it sent.
+// renewals end, laneDone (if not nil) is called with the holds whose renewal
+// failed there, with their batch or alone (see applyRenewals); none, for a
+// node whose batches all came back and renewed or found gone every hold. It
+// returns how many holds and script calls it sent.
 func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Duration, laneDone func(failed []*Hold)) (sent, scripts int) {
 	cluster := c.RC.Mode() == rueidis.ClientModeCluster
 	groups := make(map[batchKey][]*Hold)
@@ -275,8 +276,10 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	// every other reply applies as it comes.
 	run := func(lane []*renewal) {
 		var failed []*Hold
-		c.applyRenewals(lane, c.sendRenewals(ctx, lane), lease, func(h *Hold) {
-			c.slots.noteFailure()
+		c.applyRenewals(lane, c.sendRenewals(ctx, lane), lease, func(h *Hold, batch bool) {
+			if batch { // perhaps its slot moved; one hold's error says not
+				c.slots.noteFailure()
+			}
 			failed = append(failed, h)
 		})
 		if laneDone != nil {
@@ -319,24 +322,34 @@ func (c *Client) byNode(batches []*renewal) [][]*renewal {
 	return lanes
 }
 
-// applyRenewals applies the results of batches: a hold renewed, or found
-// gone; failed (if not nil) is called for each hold of a batch that failed.
-func (c *Client) applyRenewals(batches []*renewal, results []rueidis.RedisResult, lease time.Duration, failed func(*Hold)) {
+// applyRenewals applies the results of batches, one entry per hold: 1 a hold
+// renewed, 0 found gone, -1 one whose renewal met a Redis error of its own (a
+// key of the wrong type, say: the script changed nothing of it, and renewed
+// the rest of its batch). failed (if not nil) is called for each hold whose
+// renewal failed: batch is true for the holds of a batch that failed as a
+// whole, false for a hold answered -1. Either is tried again like any failed
+// renewal, and left to its expiry timer if its renewals keep failing.
+func (c *Client) applyRenewals(batches []*renewal, results []rueidis.RedisResult, lease time.Duration, failed func(h *Hold, batch bool)) {
 	for i, b := range batches {
 		renewed, err := results[i].AsIntSlice()
 		c.NoteError(err)
 		if err != nil || len(renewed) != len(b.holds) {
 			if failed != nil {
 				for _, h := range b.holds {
-					failed(h)
+					failed(h, true)
 				}
 			}
 			continue
 		}
 		for j, h := range b.holds {
-			if renewed[j] == 1 {
+			switch renewed[j] {
+			case 1:
 				h.renewed(b.tickets[j], lease)
-			} else {
+			case -1:
+				if failed != nil {
+					failed(h, false)
+				}
+			default:
 				h.gone()
 			}
 		}
