@@ -55,7 +55,12 @@ func New(rc rueidis.Client, opts ...Option) (*Client, error) {
 
 // ID is the Client's owner identity, a random UUID. Hash fields of its holds
 // start with it.
-func (c *Client) ID() string { return c.c.ID }
+func (c *Client) ID() string {
+	if c.c == nil {
+		return ""
+	}
+	return c.c.ID
+}
 
 // Core returns the machinery behind c, which package semaphore builds on; nil
 // for a nil or zero Client. It is for this module's packages only: its type
@@ -70,7 +75,12 @@ func (c *Client) Core() *core.Client {
 // PubSubStats returns the counts of the Client's pub/sub multiplexer, shared
 // by its locks and semaphores: channels subscribed, Waiters, reconnections,
 // and messages received. Cheap enough for metrics scraping.
-func (c *Client) PubSubStats() pubsub.Stats { return pubsub.Stats(c.c.Mux.Stats()) }
+func (c *Client) PubSubStats() pubsub.Stats {
+	if c.c == nil {
+		return pubsub.Stats{}
+	}
+	return pubsub.Stats(c.c.Mux.Stats())
+}
 
 // Mutex returns the reentrant lock called name. It is cheap: a Mutex is only
 // a name bound to the Client, and any number may exist. An invalid name is
@@ -112,6 +122,9 @@ func (c *Client) FairMutex(name string) *Mutex {
 }
 
 func (c *Client) mutex(name string, fair bool) *Mutex {
+	if c.c == nil {
+		return &Mutex{name: name, fair: fair, err: errZero("Client", "New")}
+	}
 	return &Mutex{c: c.c, t: c.t, name: name, fair: fair, err: core.ValidateName(name, ErrInvalidName), keys: newKeys(c.c.Cfg.KeyPrefix, name, c.c.ID)}
 }
 
@@ -141,6 +154,9 @@ func (c *Client) mutex(name string, fair bool) *Mutex {
 // commands fail, and what they would have removed stays in Redis until it
 // expires as above: the holds block other processes until their leases run out.
 func (c *Client) Close() error {
+	if c.c == nil {
+		return nil
+	}
 	c.c.Close() // it gives back what turns keep (see core.Turns)
 	return nil
 }

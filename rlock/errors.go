@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/relockio/relock/internal/core"
 )
@@ -72,3 +73,9 @@ var (
 // AbandonError is the error of an Unlock or re-entry that gave its hold up:
 // see ErrAbandoned.
 type AbandonError = core.AbandonError
+
+// errZero is what the methods of a zero value (a Client not made by New, a
+// lock not made by a Client) return: they have nothing to work with.
+func errZero(what, maker string) error {
+	return fmt.Errorf("%w: a zero %s: make it with %s", ErrInvalidOption, what, maker)
+}

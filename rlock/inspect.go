@@ -112,8 +112,12 @@ func (m *Mutex) Inspect(ctx context.Context) (LockInfo, error) {
 		return LockInfo{}, err
 	}
 	k := m.keys
-	res := lua.Inspect.Exec(ctx, m.c.RC, []string{k.lock, k.fence, k.queue, k.waiters}, []string{strconv.Itoa(core.InspectMax)})
-	info, err := parseLockInfo(m.name, res)
+	var info LockInfo
+	err := m.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		res := lua.Inspect.Exec(ctx, m.c.RC, []string{k.lock, k.fence, k.queue, k.waiters}, []string{strconv.Itoa(core.InspectMax)})
+		info, err = parseLockInfo(m.name, res)
+		return err
+	})
 	if err != nil {
 		return LockInfo{}, m.wrap("inspect", err)
 	}

@@ -38,8 +38,16 @@ var listSuffixes = map[string]string{
 // On a Redis Cluster the cursor walks the masters one after another. A
 // prefix that no lock name could start with (braces, invalid UTF-8, over
 // MaxNameLength) or a malformed cursor is an error matching ErrInvalidName or
-// ErrInvalidOption.
+// ErrInvalidOption, as is a nil ctx; a closed Client's is ErrClosed.
 func (c *Client) List(ctx context.Context, prefix, cursor string, count int) ([]Listed, string, error) {
+	switch {
+	case ctx == nil:
+		return nil, "", fmt.Errorf("%w: nil context", ErrInvalidOption)
+	case c.c == nil:
+		return nil, "", errZero("Client", "New")
+	case c.c.IsClosed():
+		return nil, "", ErrClosed
+	}
 	if prefix != "" {
 		if err := core.ValidateName(prefix, ErrInvalidName); err != nil {
 			return nil, "", err

@@ -94,6 +94,10 @@ type MultiLock struct {
 // method, wrapped in ErrInvalidName.
 func (c *Client) MultiLock(names ...string) *MultiLock {
 	ml := &MultiLock{c: c}
+	if c.c == nil {
+		ml.err = errZero("Client", "New")
+		return ml
+	}
 	if len(names) == 0 {
 		ml.err = fmt.Errorf("%w: a multi-lock needs at least one name", ErrInvalidName)
 		return ml
@@ -268,6 +272,9 @@ func (ml *MultiLock) holdOf(ctx context.Context) *multiHold {
 func (ml *MultiLock) lock(ctx context.Context, wait bool, opts []LockOption) (context.Context, error) {
 	if ml.err != nil {
 		return nil, ml.err
+	}
+	if ml.c == nil {
+		return nil, errZero("MultiLock", "Client.MultiLock")
 	}
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)

@@ -88,7 +88,7 @@ func (m *Mutex) TryLock(ctx context.Context, opts ...LockOption) (context.Contex
 // observedLock is lock, counted in the Client's Stats and told to its
 // Observer.
 func (m *Mutex) observedLock(ctx context.Context, op string, wait bool, opts []LockOption) (context.Context, error) {
-	if m.c == nil || m.err != nil {
+	if m.c == nil {
 		return m.lock(ctx, wait, opts, &core.Call{}) // fails: see usable
 	}
 	call := core.Call{Start: time.Now()}
@@ -219,6 +219,9 @@ func (m *Mutex) usableWith(ctx context.Context) error {
 func (m *Mutex) usable() error {
 	if m.err != nil {
 		return m.err
+	}
+	if m.c == nil {
+		return errZero("Mutex", "Client.Mutex")
 	}
 	if m.c.IsClosed() {
 		return ErrClosed

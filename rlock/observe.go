@@ -191,6 +191,9 @@ func mean(total time.Duration, n int64) time.Duration {
 // duration totals. Counting costs atomic adds; Stats itself is cheap enough
 // for metrics scraping.
 func (c *Client) Stats() Stats {
+	if c.c == nil {
+		return Stats{}
+	}
 	s := &c.c.Stats
 	return Stats{
 		Acquisitions: s.Acquired.Load(), Waited: s.Waited.Load(),

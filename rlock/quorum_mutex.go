@@ -92,6 +92,9 @@ func (qm *QuorumMutex) lock(ctx context.Context, wait bool, opts []LockOption) (
 		return nil, err
 	}
 	q := qm.q
+	if q == nil {
+		return nil, errZero("QuorumMutex", "Quorum.Mutex")
+	}
 	if !q.enter() {
 		return nil, ErrClosed
 	}

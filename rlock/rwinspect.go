@@ -43,9 +43,13 @@ func (rw *RWMutex) Inspect(ctx context.Context) (RWLockInfo, error) {
 		return RWLockInfo{}, err
 	}
 	k := rw.keys
-	res := lua.RWInspect.Exec(ctx, rw.c.RC, []string{k.writer, k.readers, k.counts, k.queue, k.waiters, k.fence},
-		[]string{strconv.Itoa(core.InspectMax)})
-	info, err := parseRWLockInfo(rw.name, res)
+	var info RWLockInfo
+	err := rw.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		res := lua.RWInspect.Exec(ctx, rw.c.RC, []string{k.writer, k.readers, k.counts, k.queue, k.waiters, k.fence},
+			[]string{strconv.Itoa(core.InspectMax)})
+		info, err = parseRWLockInfo(rw.name, res)
+		return err
+	})
 	if err != nil {
 		return RWLockInfo{}, rw.wrap("inspect", err)
 	}

@@ -269,6 +269,13 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 
 func (rw *RWMutex) unlock(lockCtx context.Context, write bool) error {
 	if rw.err != nil {
+		if rw.c != nil {
+			kind, op := rwReadKind, "RUnlock"
+			if write {
+				kind, op = rwWriteKind, "Unlock"
+			}
+			rw.c.Released(lockCtx, kind, op, rw.name, time.Now(), false, rw.err)
+		}
 		return rw.err
 	}
 	wl, rl := rw.links(lockCtx)

@@ -87,6 +87,9 @@ type RWMutex struct {
 // is only a name bound to the Client. An invalid name is reported by every
 // method of the returned RWMutex, wrapped in ErrInvalidName.
 func (c *Client) RWMutex(name string) *RWMutex {
+	if c.c == nil {
+		return &RWMutex{name: name, err: errZero("Client", "New")}
+	}
 	return &RWMutex{c: c.c, name: name, err: core.ValidateName(name, ErrInvalidName),
 		keys: newRWKeys(c.c.Cfg.KeyPrefix, name, c.c.ID), wname: "\x00w" + name, rname: "\x00r" + name}
 }
@@ -181,7 +184,7 @@ func (rw *RWMutex) Unlock(lockCtx context.Context) error {
 // observedLock is lock, counted in the Client's Stats and told to its
 // Observer.
 func (rw *RWMutex) observedLock(ctx context.Context, op string, write, wait bool, opts []LockOption) (context.Context, error) {
-	if rw.c == nil || rw.err != nil {
+	if rw.c == nil {
 		return rw.lock(ctx, write, wait, opts, &core.Call{}) // fails: see usable
 	}
 	call := core.Call{Start: time.Now()}
@@ -286,6 +289,9 @@ func ended(h *core.Hold) bool {
 func (rw *RWMutex) usable() error {
 	if rw.err != nil {
 		return rw.err
+	}
+	if rw.c == nil {
+		return errZero("RWMutex", "Client.RWMutex")
 	}
 	if rw.c.IsClosed() {
 		return ErrClosed

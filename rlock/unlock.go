@@ -36,6 +36,9 @@ import (
 // at the latest (the error says when), and lockCtx is cancelled.
 func (m *Mutex) Unlock(lockCtx context.Context) error {
 	if m.err != nil {
+		if m.c != nil {
+			m.c.Released(lockCtx, mutexKind, "Unlock", m.name, time.Now(), false, m.err)
+		}
 		return m.err
 	}
 	if m.c != nil && m.c.Obs != nil {

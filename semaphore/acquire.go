@@ -61,7 +61,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...AcquireOpti
 // observedAcquire is acquire, counted in the Client's Stats and told to its
 // Observer.
 func (s *Semaphore) observedAcquire(ctx context.Context, op string, n int64, wait bool, opts []AcquireOption) (context.Context, error) {
-	if s.c == nil || s.err != nil {
+	if s.c == nil {
 		return s.acquire(ctx, n, wait, opts, &core.Call{}) // fails: see usable
 	}
 	call := core.Call{Start: time.Now()}

@@ -2,7 +2,7 @@ package semaphore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/redis/rueidis"
@@ -41,13 +41,17 @@ type Info struct {
 // which.
 func (s *Semaphore) Inspect(ctx context.Context) (Info, error) {
 	if ctx == nil {
-		return Info{}, errors.New("semaphore: inspect: nil context")
+		return Info{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
 	if err := s.usable(); err != nil {
 		return Info{}, err
 	}
-	res := lua.SemInspect.Exec(ctx, s.c.RC, s.keys.common(), []string{strconv.Itoa(core.InspectMax)})
-	info, err := parseInfo(s.name, res)
+	var info Info
+	err := s.c.Inspect(ctx, func(ctx context.Context) (err error) {
+		res := lua.SemInspect.Exec(ctx, s.c.RC, s.keys.common(), []string{strconv.Itoa(core.InspectMax)})
+		info, err = parseInfo(s.name, res)
+		return err
+	})
 	if err != nil {
 		return Info{}, s.wrap("inspect", err)
 	}

@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/relockio/relock/rlock"
 )
@@ -30,15 +31,27 @@ func (l *Lock) Semaphore() *Semaphore { return l.s }
 // Lock blocks until it holds the lock (see Semaphore.Acquire) and returns the
 // lock context to pass to Unlock.
 func (l *Lock) Lock(ctx context.Context, opts ...AcquireOption) (context.Context, error) {
+	if l.s == nil {
+		return nil, errZeroLock
+	}
 	return l.s.Acquire(ctx, 1, opts...)
 }
 
+// errZeroLock is what a zero Lock's methods return.
+var errZeroLock = fmt.Errorf("%w: a zero Lock: make it with NewLock", ErrInvalidOption)
+
 // TryLock makes one attempt; it fails with ErrNoPermits when the lock is held.
 func (l *Lock) TryLock(ctx context.Context, opts ...AcquireOption) (context.Context, error) {
+	if l.s == nil {
+		return nil, errZeroLock
+	}
 	return l.s.TryAcquire(ctx, 1, opts...)
 }
 
 // Unlock releases the lock held by lockCtx (see Semaphore.Release).
 func (l *Lock) Unlock(lockCtx context.Context) error {
+	if l.s == nil {
+		return errZeroLock
+	}
 	return l.s.Release(lockCtx)
 }

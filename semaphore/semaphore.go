@@ -123,6 +123,9 @@ func (s *Semaphore) usable() error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.c == nil {
+		return fmt.Errorf("%w: a zero Semaphore: make it with New", ErrInvalidOption)
+	}
 	if s.c.IsClosed() {
 		return ErrClosed
 	}

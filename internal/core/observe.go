@@ -147,7 +147,7 @@ func (c *Client) Acquired(ctx context.Context, kind *Kind, op, name string, call
 		s.WaitNanos.Add(int64(d))
 	}
 	if c.Obs != nil {
-		c.Obs.Acquired(ctx, &Event{Kind: kind.Name, Op: op, Name: name, Start: call.Start, Duration: d, Call: *call, Err: err, Class: class})
+		c.Obs.Acquired(observed(ctx), &Event{Kind: kind.Name, Op: op, Name: name, Start: call.Start, Duration: d, Call: *call, Err: err, Class: class})
 	}
 }
 
@@ -155,7 +155,7 @@ func (c *Client) Acquired(ctx context.Context, kind *Kind, op, name string, call
 // that it ended the hold.
 func (c *Client) Released(ctx context.Context, kind *Kind, op, name string, start time.Time, final bool, err error) {
 	if c.Obs != nil {
-		c.Obs.Released(ctx, &Event{Kind: kind.Name, Op: op, Name: name, Start: start, Duration: time.Since(start), Err: err, Class: Classify(err, nil), Final: final})
+		c.Obs.Released(observed(ctx), &Event{Kind: kind.Name, Op: op, Name: name, Start: start, Duration: time.Since(start), Err: err, Class: Classify(err, nil), Final: final})
 	}
 }
 
@@ -180,4 +180,13 @@ func (c *Client) holdEnded(h *Hold, cause error) {
 	if c.Obs != nil && h.kind != nil {
 		c.Obs.HoldEnded(&Event{Kind: h.kind.Name, Name: h.name, Start: h.since, Duration: held, Err: cause, Lost: lost, Abandoned: abandoned})
 	}
+}
+
+// observed is the context an Observer is given for a call made with ctx: a
+// call refused for its nil context is still told, with an empty one.
+func observed(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
 }
