@@ -386,20 +386,22 @@ func (m *Mutex) reenter(ctx context.Context, h *core.Hold, lc lockConfig) (conte
 	}
 	h.Extend(t, newLease)
 	if m.c.Cfg.ReplicaAck > 0 && r.acked < int64(m.c.Cfg.ReplicaAck) {
-		return nil, m.reentryUnacked(callCtx, h, newLease, r.acked)
+		return nil, m.reentryUnacked(callCtx, h, lease, renewed, r.acked)
 	}
 	h.SetCount(r.count)
 	return ctx, nil
 }
 
 // reentryUnacked takes back a re-entry that too few replicas acknowledged
-// (WithReplicaAck): one release, so the hold count is as before the call.
-// When that cannot be confirmed, the whole hold is given up, as for any
-// re-entry of unknown outcome.
-func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, acked int64) error {
+// (WithReplicaAck): one release, so the hold count is as before the call, and
+// the outer hold's lease (lease, renewed or not) as before it too: the
+// release sets it again in Redis. When that cannot be confirmed, the whole
+// hold is given up, as for any re-entry of unknown outcome.
+func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Duration, renewed bool, acked int64) error {
 	err := notReplicated(ctx, m.c, acked)
 	req := newRequest(m.c)
 	var r releaseReply
+	t := h.Send(lease)
 	uerr := core.RetryTransient(ctx, func() (e error) {
 		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), req, lease, nil, false)
 		m.c.NoteError(e)
@@ -416,6 +418,8 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 		h.End(ErrLeaseLost)
 		return m.notHeld(fmt.Errorf("%w; %w", ErrLeaseLost, core.Inner(err)))
 	}
+	h.SetLease(lease, renewed)
+	h.Kept(t, lease)
 	h.SetCount(r.left)
 	return m.wrap("re-enter", err)
 }

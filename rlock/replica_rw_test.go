@@ -372,3 +372,55 @@ func TestReplicaAckRWMutexNotReplicated(t *testing.T) {
 		t.Fatal("the downgrade left a hold after its unlocks")
 	}
 }
+
+// A re-entry with WithLease that too few replicas acknowledge is taken back
+// (ErrNotReplicated) and leaves the outer hold as it was: renewed by the
+// watchdog, not turned into a hold of the re-entry's fixed lease that then
+// expires.
+func TestUnackedReentryWithLeaseKeepsTheOuterHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep := redistest.NewReplicated(t, 1)
+	c := newAckClient(t, rep.Master, rlock.WithReplicaAck(1, 100*time.Millisecond), rlock.WithWatchdogTimeout(time.Second))
+	for _, kind := range []string{"mutex", "rw-write", "rw-read"} {
+		t.Run(kind, func(t *testing.T) {
+			var lock func(context.Context, ...rlock.LockOption) (context.Context, error)
+			var count func(context.Context) (int, error)
+			var unlock func(context.Context) error
+			switch kind {
+			case "mutex":
+				m := c.Mutex("unacked-" + kind)
+				lock, count, unlock = m.Lock, m.HoldCount, m.Unlock
+			case "rw-write":
+				rw := c.RWMutex("unacked-" + kind)
+				lock, count, unlock = rw.Lock, rw.HoldCount, rw.Unlock
+			case "rw-read":
+				rw := c.RWMutex("unacked-" + kind)
+				lock, count, unlock = rw.RLock, rw.HoldCount, rw.RUnlock
+			}
+			outer, err := lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resume := pauseReplica(t, rep.Replicas[0])
+			_, err = lock(outer, rlock.WithLease(400*time.Millisecond))
+			resume()
+			if !errors.Is(err, rlock.ErrNotReplicated) {
+				t.Fatalf("re-entry with WithLease, replica paused: %v; want ErrNotReplicated", err)
+			}
+			if n, err := count(outer); err != nil || n != 1 {
+				t.Fatalf("hold count after the re-entry was taken back: %d, %v; want 1", n, err)
+			}
+			// Past the re-entry's lease and two watchdog timeouts: a hold
+			// left on the 400ms lease is lost by then.
+			select {
+			case <-outer.Done():
+				t.Fatalf("the outer hold ended after the re-entry was taken back: %v", context.Cause(outer))
+			case <-time.After(2500 * time.Millisecond):
+			}
+			if err := unlock(outer); err != nil {
+				t.Fatalf("unlock of the outer hold: %v", err)
+			}
+		})
+	}
+}

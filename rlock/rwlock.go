@@ -261,7 +261,7 @@ func (rw *RWMutex) reenter(ctx context.Context, h *core.Hold, write bool, lc loc
 	}
 	h.Extend(t, newLease)
 	if rw.c.Unacked(r.acked) {
-		return nil, rw.reentryUnacked(callCtx, h, write, newLease, r.acked)
+		return nil, rw.reentryUnacked(callCtx, h, write, lease, renewed, r.acked)
 	}
 	h.SetCount(r.count)
 	return ctx, nil
