@@ -165,94 +165,67 @@ func TestRenewScriptsWrongTypeFailsOnlyItsHold(t *testing.T) {
 			}
 		}
 	})
-	t.Run("rwmutex-read", func(t *testing.T) {
-		e.t = t
-		now := e.now()
-		end := now + 5000
-		var keys []string
-		holds := map[string][]string{}
-		for _, n := range []string{"ok1", "readers", "gone", "counts", "ok2"} {
-			holds[n] = e.readHold(e.prefix+"{r"+n+"}", end, false)
-			keys = append(keys, holds[n]...)
-		}
-		e.do("ZREM", holds["gone"][0], "o")
-		e.wrong(holds["readers"][0])
-		e.wrong(holds["counts"][1])
-		var before []string
-		for _, n := range []string{"readers", "counts"} {
-			for _, key := range holds[n] {
-				before = append(before, e.snapshot(key))
+	// A kind leased in a zset: hold makes a hold's keys (its zset first);
+	// the second and fourth holds of the batch are broken, each by the key
+	// of index broken[i] given the wrong type; an intact hold's key of index
+	// kept must expire at least past ms after the new lease.
+	type brokenHold struct {
+		name string
+		key  int
+	}
+	zsetKind := func(name string, script *lua.Pipelined, tag string, hold func(string, int64, bool) []string,
+		broken [2]brokenHold, kept int, past int64, what string) {
+		t.Run(name, func(t *testing.T) {
+			e.t = t
+			now := e.now()
+			var keys []string
+			holds := map[string][]string{}
+			names := []string{"ok1", broken[0].name, "gone", broken[1].name, "ok2"}
+			wrong := map[string]int{broken[0].name: broken[0].key, broken[1].name: broken[1].key}
+			for _, n := range names {
+				holds[n] = hold(e.prefix+"{"+tag+n+"}", now+5000, false)
+				keys = append(keys, holds[n]...)
 			}
-		}
-		got, err := e.run(lua.RWRenew, keys, []string{ms(lease), "o", "o", "o", "o", "o"})
-		if err != nil {
-			t.Fatalf("rw_renew.lua failed the batch: %v", err)
-		}
-		if want := []int64{1, -1, 0, -1, 1}; !slices.Equal(got, want) {
-			t.Fatalf("rw_renew.lua answered %v, want %v", got, want)
-		}
-		i := 0
-		for _, n := range []string{"readers", "counts"} {
-			for _, key := range holds[n] {
-				if after := e.snapshot(key); after != before[i] {
-					t.Errorf("hold %q: %s changed: %q, was %q", n, key, after, before[i])
+			e.do("ZREM", holds["gone"][0], "o")
+			var before []string
+			for _, n := range names {
+				if i, ok := wrong[n]; ok {
+					e.wrong(holds[n][i])
+					for _, key := range holds[n] {
+						before = append(before, e.snapshot(key))
+					}
 				}
-				i++
 			}
-		}
-		for _, n := range []string{"ok1", "ok2"} {
-			if s := e.score(holds[n][0], "o"); s < float64(now+lease) {
-				t.Errorf("hold %q not renewed: score %v, want %d at least", n, s, now+lease)
+			got, err := e.run(script, keys, []string{ms(lease), "o", "o", "o", "o", "o"})
+			if err != nil {
+				t.Fatalf("%s failed the batch: %v", name, err)
 			}
-			if exp := e.int("PEXPIRETIME", holds[n][2]); exp < now+lease+1000 {
-				t.Errorf("hold %q: the fencing counter is not kept past the lease: expires at %d", n, exp)
+			if want := []int64{1, -1, 0, -1, 1}; !slices.Equal(got, want) {
+				t.Fatalf("%s answered %v, want %v", name, got, want)
 			}
-		}
-	})
-	t.Run("semaphore", func(t *testing.T) {
-		e.t = t
-		now := e.now()
-		end := now + 5000
-		var keys []string
-		holds := map[string][]string{}
-		for _, n := range []string{"ok1", "permits", "gone", "state", "ok2"} {
-			holds[n] = e.permitHold(e.prefix+"{s"+n+"}", end, false)
-			keys = append(keys, holds[n]...)
-		}
-		e.do("ZREM", holds["gone"][0], "o")
-		e.wrong(holds["permits"][0])
-		e.wrong(holds["state"][2])
-		var before []string
-		for _, n := range []string{"permits", "state"} {
-			for _, key := range holds[n] {
-				before = append(before, e.snapshot(key))
-			}
-		}
-		got, err := e.run(lua.SemRenew, keys, []string{ms(lease), "o", "o", "o", "o", "o"})
-		if err != nil {
-			t.Fatalf("sem_renew.lua failed the batch: %v", err)
-		}
-		if want := []int64{1, -1, 0, -1, 1}; !slices.Equal(got, want) {
-			t.Fatalf("sem_renew.lua answered %v, want %v", got, want)
-		}
-		i := 0
-		for _, n := range []string{"permits", "state"} {
-			for _, key := range holds[n] {
-				if after := e.snapshot(key); after != before[i] {
-					t.Errorf("lease %q: %s changed: %q, was %q", n, key, after, before[i])
+			i := 0
+			for _, n := range names {
+				if _, ok := wrong[n]; ok {
+					for _, key := range holds[n] {
+						if after := e.snapshot(key); after != before[i] {
+							t.Errorf("hold %q: %s changed: %q, was %q", n, key, after, before[i])
+						}
+						i++
+					}
 				}
-				i++
 			}
-		}
-		for _, n := range []string{"ok1", "ok2"} {
-			if s := e.score(holds[n][0], "o"); s < float64(now+lease) {
-				t.Errorf("lease %q not renewed: score %v, want %d at least", n, s, now+lease)
+			for _, n := range []string{"ok1", "ok2"} {
+				if s := e.score(holds[n][0], "o"); s < float64(now+lease) {
+					t.Errorf("hold %q not renewed: score %v, want %d at least", n, s, now+lease)
+				}
+				if exp := e.int("PEXPIRETIME", holds[n][kept]); exp < now+lease+past {
+					t.Errorf("hold %q: %s expires at %d, want %d at least", n, what, exp, now+lease+past)
+				}
 			}
-			if exp := e.int("PEXPIRETIME", holds[n][0]); exp <= now+lease {
-				t.Errorf("lease %q: its permits zset expires at %d, before the lease", n, exp)
-			}
-		}
-	})
+		})
+	}
+	zsetKind("rw_renew.lua", lua.RWRenew, "r", e.readHold, [2]brokenHold{{"readers", 0}, {"counts", 1}}, 2, 1000, "its fencing counter")
+	zsetKind("sem_renew.lua", lua.SemRenew, "s", e.permitHold, [2]brokenHold{{"permits", 0}, {"state", 2}}, 0, 1, "its permits zset")
 }
 
 // Over maxmemory with noeviction, Redis refuses a script's first write when
