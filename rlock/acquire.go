@@ -403,7 +403,7 @@ func (m *Mutex) reentryUnacked(ctx context.Context, h *core.Hold, lease time.Dur
 	var r releaseReply
 	t := h.Send(lease)
 	uerr := core.RetryTransient(ctx, func() (e error) {
-		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), req, lease, nil, false)
+		r, e = releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, nil, false)
 		m.c.NoteError(e)
 		return e
 	})

@@ -39,7 +39,7 @@ func releaseScriptSent(ctx context.Context, m *Mutex, lockCtx context.Context, r
 		return 0, ErrNotHeld
 	}
 	lease, _ := h.Lease()
-	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), req, lease, nil, false)
+	r, err := releaseScript(ctx, m.c, m.keys, h.Owner(), req, lease, nil, false)
 	return r.left, err
 }
 

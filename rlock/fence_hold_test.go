@@ -2,8 +2,10 @@ package rlock_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +13,8 @@ import (
 )
 
 // An uncontended Mutex hold is one key in Redis: its hash records its tokens,
-// and the fencing counter comes back only when it is released, with no
-// latch beside it. A lease under 1s keeps the counter while held, as before.
+// and the fencing counter is written only when it is released (beside the
+// release's retry latch). A lease under 1s keeps the counter while held.
 func TestUncontendedHoldIsOneKey(t *testing.T) {
 	e := ftNewEnv(t)
 	c := e.client()
@@ -35,8 +37,9 @@ func TestUncontendedHoldIsOneKey(t *testing.T) {
 	}
 	mustUnlockFT(t, m, l)
 	fence := e.lockKey(name) + ":fence"
-	if keys := e.keysUnder(); !slices.Equal(keys, []string{fence}) {
-		t.Fatalf("keys after Unlock: %q; want the fencing counter alone", keys)
+	keys := e.keysUnder()
+	if !slices.Contains(keys, fence) || len(keys) != 2 || !strings.Contains(strings.Join(keys, " "), ":latch:") {
+		t.Fatalf("keys after Unlock: %q; want the fencing counter and the release's retry latch", keys)
 	}
 	got, err := e.raw.Do(e.ctx, e.raw.B().Get().Key(fence).Build()).AsUint64()
 	if err != nil {
@@ -146,4 +149,88 @@ func TestTokensRiseAboveAnUncountedHold(t *testing.T) {
 		}
 		mustUnlockFT(t, b.Mutex("expiry"), l)
 	})
+}
+
+// A retried Unlock reports the first attempt's outcome: released, even after
+// a hold longer than its lease (whose tokens the counter's expiry no longer
+// covers), and the hold's loss when no attempt ran before its lease ran out
+// and another holder came and went.
+func TestRetriedUnlockOfAnUncountedHold(t *testing.T) {
+	e := ftNewEnv(t)
+	fc := ftFaulty(t, e.srv)
+	a := e.clientOn(fc, rlock.WithWatchdogTimeout(time.Second))
+	b := e.client()
+	warm := a.Mutex("warm") // the scripts loaded: a fault hits a call that runs
+	mustUnlockFT(t, warm, ftLock(t, e.ctx, warm))
+
+	t.Run("ran after a long hold", func(t *testing.T) {
+		m := a.Mutex("long")
+		l := ftLock(t, e.ctx, m)
+		tok, err := m.Token(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serverMicros := func() uint64 {
+			v, err := e.raw.Do(e.ctx, e.raw.B().Time().Build()).AsIntSlice()
+			if err != nil || len(v) != 2 {
+				t.Fatalf("TIME: %v, %v", v, err)
+			}
+			return uint64(v[0])*1_000_000 + uint64(v[1])
+		}
+		e.eventually(ftPatience, "1.3s past the hold's tokens", func() bool { return serverMicros() > tok+1_300_000 })
+		fc.set(once("release", ftLoseReply))
+		if err := m.Unlock(l); err != nil {
+			t.Fatalf("Unlock whose first attempt freed the lock (its reply lost): %v; want nil", err)
+		}
+		if e.exists(e.lockKey("long")) {
+			t.Fatal("the lock is still held")
+		}
+	})
+
+	t.Run("never ran before the lease ended", func(t *testing.T) {
+		m := a.Mutex("lost")
+		l := ftLock(t, e.ctx, m, rlock.WithLease(time.Second))
+		fc.set(once("release", ftFault{lose: true, hold: true}))
+		done := make(chan error, 1)
+		go func() { done <- m.Unlock(l) }()
+		let := <-fc.held
+		e.eventually(time.Second+ftPatience, "the hold expired", func() bool { return !e.exists(e.lockKey("lost")) })
+		mustUnlockFT(t, b.Mutex("lost"), ftLock(t, e.ctx, b.Mutex("lost")))
+		close(let)
+		if err := <-done; !errors.Is(err, rlock.ErrLeaseLost) {
+			t.Fatalf("Unlock of a hold lost before any release ran: %v; want ErrLeaseLost", err)
+		}
+	})
+}
+
+// A re-entry (or an inner Unlock) that sets a lease under 1s on a hold whose
+// tokens the counter does not record gives them to the counter: the hold may
+// now expire sooner than the counter's keep time after them.
+func TestShortLeaseReentryWritesTheCounter(t *testing.T) {
+	e := ftNewEnv(t)
+	m := e.client().Mutex("short-reentry")
+	fence := e.lockKey("short-reentry") + ":fence"
+	l := ftLock(t, e.ctx, m)
+	if e.exists(fence) {
+		t.Fatal("setup: an uncontended watchdog hold wrote the counter")
+	}
+	info, err := m.Inspect(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ftLock(t, l, m, rlock.WithLease(200*time.Millisecond))
+	counter, err := e.raw.Do(e.ctx, e.raw.B().Get().Key(fence).Build()).AsUint64()
+	if err != nil {
+		t.Fatalf("no counter after a re-entry with a 200ms lease: %v", err)
+	}
+	if counter < info.Fence {
+		t.Fatalf("counter %d after the re-entry, below the hold's last token %d", counter, info.Fence)
+	}
+	pttl, err := e.raw.Do(e.ctx, e.raw.B().Pttl().Key(fence).Build()).AsInt64()
+	if err != nil || pttl < 500 {
+		t.Fatalf("counter's PTTL %d, %v: want it kept 1s past the tokens", pttl, err)
+	}
+	if !e.exists(e.lockKey("short-reentry")) || l.Err() != nil {
+		t.Fatal("setup: the hold ended")
+	}
 }

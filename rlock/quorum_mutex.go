@@ -634,7 +634,7 @@ func (qm *QuorumMutex) releaseOn(ctx context.Context, c *core.Client, h *core.Ho
 	req := newRequest(c)
 	var r releaseReply
 	err = core.RetryTransient(ctx, func() (err error) {
-		r, err = releaseScriptAnnouncing(ctx, c, qm.keys, h.Owner(), "", req, lease, nil, false, unlockMessage)
+		r, err = releaseScriptAnnouncing(ctx, c, qm.keys, h.Owner(), req, lease, nil, false, unlockMessage)
 		c.NoteError(err)
 		return err
 	})

@@ -176,18 +176,17 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 	return releaseReply{}, fmt.Errorf("rlock: unexpected release reply %v", vals)
 }
 
-// releaseScript runs release.lua for the hold of owner whose fencing token is
-// token. next, when named, is queued behind the release (or the lock is kept
-// for it; see release.lua). bury leaves a tombstone of owner when the release
-// frees it: an acquisition attempt of it may still run late.
-func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, token uint64, req *request, lease time.Duration, next *core.Succession, bury bool) (releaseReply, error) {
-	return releaseScriptAnnouncing(ctx, c, k, owner, strconv.FormatUint(token, 10), req, lease, next, bury, "")
+// releaseScript runs release.lua. next, when named, is queued behind the
+// release (or the lock is kept for it; see release.lua). bury leaves a
+// tombstone of owner when the release frees it: an acquisition attempt of it
+// may still run late.
+func releaseScript(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next *core.Succession, bury bool) (releaseReply, error) {
+	return releaseScriptAnnouncing(ctx, c, k, owner, req, lease, next, bury, "")
 }
 
 // releaseScriptAnnouncing is releaseScript publishing message on the unlock
-// channel when the lock is freed with no one queued ("" for nothing); token
-// is "" for a hold that has none (a quorum vote's).
-func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner, token string, req *request, lease time.Duration, next *core.Succession, bury bool, message string) (releaseReply, error) {
+// channel when the lock is freed with no one queued ("" for nothing).
+func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner string, req *request, lease time.Duration, next *core.Succession, bury bool, message string) (releaseReply, error) {
 	entry, reserved := "", false
 	if next != nil {
 		entry = core.QueueEntry(next.Owner, c.Cfg.WatchdogTimeout, c.Cfg.ClaimWindow, next.Secret, "")
@@ -201,7 +200,7 @@ func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner,
 	req.sent = true
 	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, message, latchLifetime(c), tokenBlockArg,
-			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent, token}).AsIntSlice()
+			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}).AsIntSlice()
 	if err != nil {
 		return releaseReply{}, err
 	}

@@ -160,7 +160,7 @@ func (r *mutexRelease) Round(ctx context.Context, _ *core.Release, t core.Ticket
 	}
 	var rr releaseReply
 	err := core.RetryTransient(ctx, func() (err error) {
-		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner(), h.Token(), r.req, r.Lease, next, h.LateAttempts())
+		rr, err = releaseScript(ctx, m.c, m.keys, h.Owner(), r.req, r.Lease, next, h.LateAttempts())
 		m.c.NoteError(err)
 		return err
 	})

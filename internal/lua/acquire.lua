@@ -64,7 +64,7 @@ local owner, lease = ARGV[1], ARGV[2]
 if ARGV[3] == '1' then
   local denied = lock_denied(function(c)
     return c('GET', KEYS[7]) and c('SET', KEYS[7]) and
-      c('HEXISTS', lock) and c('HINCRBY', lock) and c('PEXPIRE', lock)
+      c('HMGET', lock) and c('HINCRBY', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease)
   end)
   if denied then
     return denied
@@ -77,11 +77,13 @@ if ARGV[3] == '1' then
     redis.call('SET', KEYS[7], done, 'PX', ARGV[11])
     return {1, 0, tonumber(done), 0, 0}
   end
-  if redis.call('HEXISTS', lock, owner) == 0 then
+  local held, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
+  if not held then
     return {-1}
   end
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
+  fence_lease(fence, lock_last(token, tokens_end), lease)
   redis.call('SET', KEYS[7], count, 'PX', ARGV[11])
   return {1, 0, count, 0, 0}
 end

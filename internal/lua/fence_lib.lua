@@ -116,6 +116,22 @@ local function fence_free(fence, last, keep)
   end
 end
 
+-- Whether, by c, this user may run what fence_lease runs for a lease of
+-- lease ms (see lock_denied).
+local function fence_lease_may(c, fence, lease)
+  return tonumber(lease) >= FENCE_KEEP_MS or c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET')
+end
+
+-- For a hold whose lease is set to lease ms, last being its last token as
+-- its hash records it: a lease below FENCE_KEEP_MS could end the hold sooner
+-- than the keep time after tokens the counter may not record (fence_take),
+-- so they are given to the counter now (fence_free).
+local function fence_lease(fence, last, lease)
+  if tonumber(lease) < FENCE_KEEP_MS then
+    fence_free(fence, last, lease)
+  end
+end
+
 -- The counter now (the last token issued), or a fresh token when it is
 -- missing (expired, evicted, or deleted by hand): a token handed out must
 -- never be lower than one before. keep as for fence_tokens.

@@ -40,11 +40,6 @@
 --          freed, not kept
 -- ARGV[13] '1' when an earlier attempt of this request may have run (a retry
 --          after a lost reply): only then is the result latch read
--- ARGV[14] the releasing holder's fencing token, or '' (a quorum vote's
---          hold, which has none): a final release with no one queued writes
---          no latch but gives the hold's tokens back to the fencing counter
---          (fence_free), and a retry that finds the hold gone reads the
---          counter: at or above this token, the first attempt freed it
 --
 -- Returns an array:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
@@ -88,11 +83,6 @@ if done then
 end
 local count, queued, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
 if not count then
-  if ARGV[13] == '1' and ARGV[14] ~= '' and tonumber(redis.call('GET', fence) or '0') >= tonumber(ARGV[14]) then
-    -- (Or it lapsed and a later holder has been and gone: the hold is over
-    -- either way.)
-    return {0}
-  end
   return {-1}
 end
 -- The hold's last token, which the counter may not record (see fence_take).
@@ -119,10 +109,7 @@ if left <= 0 and not queued and ARGV[8] == '' and not message then
   lock_bury(KEYS[7], ARGV[10])
   redis.call('DEL', lock)
   fence_free(fence, hold_last, lease)
-  if not (hold_last and ARGV[14] ~= '') then
-    -- (Otherwise no latch: the counter tells a retry, see ARGV[14].)
-    redis.call('SET', latch, '0', 'PX', ARGV[6])
-  end
+  redis.call('SET', latch, '0', 'PX', ARGV[6])
   return {0}
 end
 -- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
@@ -140,7 +127,7 @@ elseif left <= 0 then
   end)
 else
   denied = lock_denied(function(c)
-    return c('HSET', lock) and c('PEXPIRE', lock)
+    return c('HSET', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease)
   end)
 end
 if denied then
@@ -151,6 +138,7 @@ local reply
 if left > 0 then
   redis.call('HSET', lock, owner, left)
   redis.call('PEXPIRE', lock, lease)
+  fence_lease(fence, hold_last, lease)
   reply = string.format('%d', left)
 elseif ARGV[8] == '' then
   lock_bury(KEYS[7], ARGV[10])
