@@ -59,6 +59,9 @@
 -- and its reply tells it when that claim lapses in turn (queue_chase).
 
 local QUEUE_CHASE = 2
+-- The arrival counter's expiry until queue_enqueue sets its own (see
+-- queue_arrival).
+local QUEUE_SEQ_FALLBACK_MS = 60000
 -- Bounds the waiters one script serves or drops, so that no script runs long.
 local QUEUE_SERVE_MAX = 100
 
@@ -154,13 +157,14 @@ end
 local function queue_arrival(before, seq)
   now_ms()
   if seq then
-    -- (SET .. GET: one command per place, as INCR would be; queue_enqueue
-    -- sets its expiry.)
-    before = redis.call('SET', seq, string.format('%d', clock_us), 'GET')
+    -- (SET .. GET: one command per place, as INCR would be. queue_enqueue
+    -- sets its expiry; the one given here holds only should the script
+    -- fail before that, say on a queue key of the wrong type.)
+    before = redis.call('SET', seq, string.format('%d', clock_us), 'PX', QUEUE_SEQ_FALLBACK_MS, 'GET')
   end
   local a = math.max((tonumber(before) or 0) + 1, clock_us)
   if seq and a ~= clock_us then
-    redis.call('SET', seq, string.format('%d', a))
+    redis.call('SET', seq, string.format('%d', a), 'KEEPTTL')
   end
   return a
 end
@@ -174,16 +178,25 @@ end
 -- (nil when blind) and the latest deadline in the queue.
 local function queue_enqueue(q, entry, recheck, arrive, look)
   local arrival = look == nil and tonumber(redis.call('ZSCORE', q.queue, entry))
+  local added = 0
   if not arrival then
     arrival = arrive and arrive() or queue_arrival(nil, q.seq)
-    redis.call('ZADD', q.queue, 'NX', arrival, entry)
+    added = redis.call('ZADD', q.queue, 'NX', arrival, entry)
     if look == 'blind' then
       arrival = nil
     end
   end
   local _, lease = queue_parse(entry)
   local deadline = now_ms() + recheck + queue_grace(lease or 0)
-  redis.call('ZADD', q.waiters, deadline, entry)
+  local placed = redis.pcall('ZADD', q.waiters, deadline, entry)
+  if type(placed) == 'table' and placed.err then
+    -- (A waiters key of the wrong type: the place goes, not left in a
+    -- queue with no expiry.)
+    if added == 1 then
+      redis.call('ZREM', q.queue, entry)
+    end
+    error(placed)
+  end
   local last = math.max(tonumber(redis.call('ZRANGE', q.waiters, -1, -1, 'WITHSCORES')[2]), deadline)
   for _, key in ipairs({q.queue, q.waiters, q.seq}) do
     redis.call('PEXPIREAT', key, string.format('%d', last + 1))

@@ -144,8 +144,16 @@ end
 -- claim window (see lease_score).
 local function sem_take(id, n, at, claimed)
   local created = st.used <= 0 and not st.pinned
-  redis.call('ZADD', KEYS[2], lease_score(at, claimed), id)
-  redis.call('HSET', KEYS[3], id, n)
+  local added = redis.call('ZADD', KEYS[2], lease_score(at, claimed), id)
+  local counted = redis.pcall('HSET', KEYS[3], id, n)
+  if type(counted) == 'table' and counted.err then
+    -- (A counts key of the wrong type: the permit goes, not left in a zset
+    -- with no expiry.)
+    if added == 1 then
+      redis.call('ZREM', KEYS[2], id)
+    end
+    error(counted)
+  end
   st.used = st.used + n
   sem_keep_permits(at, created)
   if not st.first or at < st.first then
