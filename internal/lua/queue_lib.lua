@@ -204,6 +204,23 @@ local function queue_enqueue(q, entry, recheck, arrive, look)
   return arrival, last
 end
 
+-- Records a holder of a kind with leases of their own (an RWMutex reader, a
+-- semaphore permit, see lease_score): member scored score in the leases
+-- zset and count in the counts hash, as one step. Should the hash refuse (a
+-- key of the wrong type), the zset entry it added is taken back and the
+-- error raised: no holder left in a zset without the expiry the caller
+-- gives it next. (Here, as every kind with such leases also queues.)
+local function queue_hold_lease(leases, counts, member, score, count)
+  local added = redis.call('ZADD', leases, score, member)
+  local counted = redis.pcall('HSET', counts, member, count)
+  if type(counted) == 'table' and counted.err then
+    if added == 1 then
+      redis.call('ZREM', leases, member)
+    end
+    error(counted)
+  end
+end
+
 -- The proof of a grant to the place arrival of a waiter with secret, of the
 -- kind's fields (numbers; see the top of this file).
 local function queue_proof(secret, arrival, ...)

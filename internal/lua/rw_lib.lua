@@ -86,16 +86,7 @@ end
 -- past the latest lease once (fence_keep), after the last.
 local function rw_grant_reader(now, owner, lease, claimed, batch)
   local at = now + tonumber(lease)
-  local added = redis.call('ZADD', KEYS[2], lease_score(at, claimed), owner)
-  local counted = redis.pcall('HSET', KEYS[3], owner, 1)
-  if type(counted) == 'table' and counted.err then
-    -- (A counts key of the wrong type: the reader goes, not left in a zset
-    -- with no expiry.)
-    if added == 1 then
-      redis.call('ZREM', KEYS[2], owner)
-    end
-    error(counted)
-  end
+  queue_hold_lease(KEYS[2], KEYS[3], owner, lease_score(at, claimed), 1)
   if not batch then
     fence_keep(KEYS[7], now, at, KEYS[2], KEYS[3])
   end

@@ -144,16 +144,7 @@ end
 -- claim window (see lease_score).
 local function sem_take(id, n, at, claimed)
   local created = st.used <= 0 and not st.pinned
-  local added = redis.call('ZADD', KEYS[2], lease_score(at, claimed), id)
-  local counted = redis.pcall('HSET', KEYS[3], id, n)
-  if type(counted) == 'table' and counted.err then
-    -- (A counts key of the wrong type: the permit goes, not left in a zset
-    -- with no expiry.)
-    if added == 1 then
-      redis.call('ZREM', KEYS[2], id)
-    end
-    error(counted)
-  end
+  queue_hold_lease(KEYS[2], KEYS[3], id, lease_score(at, claimed), n)
   st.used = st.used + n
   sem_keep_permits(at, created)
   if not st.first or at < st.first then
