@@ -216,25 +216,12 @@ func runNames(ctx context.Context, cfg config, nc namesConfig) error {
 	}
 
 	// The held sample, first as spin locks on the keys the Mutexes will
-	// hold, released by their compare-and-delete, for the ratio.
-	spin := measure.NewSpinLocker(rc, rand.Text()[:12], keep)
-	spinHeld := make([]func(context.Context) error, nc.held)
-	if err := forEach(0, nc.held, func(i int) error {
-		unlock, err := spin.Lock(ctx, prefix+":{"+name(i)+"}")
-		spinHeld[i] = unlock
-		return err
-	}); err != nil {
-		return err
-	}
-	spinBytes, _, err := memory()
+	// hold, for the ratio.
+	spinBytes, err := spinHeldBytes(ctx, rc, keep, nc.held, func(i int) string { return prefix + ":{" + name(i) + "}" }, forEach, memory)
 	if err != nil {
 		return err
 	}
 	rep.SpinPerHeldName = float64(spinBytes-rep.BaselineBytes) / float64(nc.held)
-	if err := forEach(0, nc.held, func(i int) error { return spinHeld[i](ctx) }); err != nil {
-		return err
-	}
-	spinHeld = nil
 	fmt.Printf("%d names held by the spin lock: %.0f bytes per held name\n", nc.held, rep.SpinPerHeldName)
 
 	// The held sample.
@@ -423,4 +410,25 @@ func fmtBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// spinHeldBytes holds n keys (key(i)) with the bench's spin lock, n-way
+// through forEach, reads used_memory with memory, and releases them all by
+// their compare-and-delete; it returns the reading.
+func spinHeldBytes(ctx context.Context, rc rueidis.Client, lease time.Duration, n int, key func(int) string,
+	forEach func(from, to int, fn func(int) error) error, memory func() (int64, int64, error)) (int64, error) {
+	spin := measure.NewSpinLocker(rc, rand.Text()[:12], lease)
+	unlocks := make([]func(context.Context) error, n)
+	if err := forEach(0, n, func(i int) error {
+		unlock, err := spin.Lock(ctx, key(i))
+		unlocks[i] = unlock
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	used, _, err := memory()
+	if err != nil {
+		return 0, err
+	}
+	return used, forEach(0, n, func(i int) error { return unlocks[i](ctx) })
 }

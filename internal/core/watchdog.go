@@ -236,33 +236,7 @@ func (c *Client) renewAll(budget time.Duration, report func(failed []*Hold)) {
 // returns how many holds and script calls it sent.
 func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Duration, laneDone func(failed []*Hold)) (sent, scripts int) {
 	cluster := c.RC.Mode() == rueidis.ClientModeCluster
-	groups := make(map[batchKey][]*Hold)
-	for _, h := range holds {
-		k := batchKey{kind: h.kind}
-		if cluster {
-			k.slot = slot.Of(h.key)
-		}
-		groups[k] = append(groups[k], h)
-	}
-	var batches []*renewal
-	for k, holds := range groups {
-		for len(holds) > 0 {
-			b := &renewal{kind: k.kind}
-			for len(holds) > 0 && len(b.holds) < renewBatch {
-				if t, ok := holds[0].sendRenewal(lease); ok {
-					b.holds = append(b.holds, holds[0])
-					b.tickets = append(b.tickets, t)
-				}
-				holds = holds[1:]
-			}
-			if len(b.holds) == 0 {
-				continue
-			}
-			b.keys, b.args = k.kind.Args(b.holds, lease)
-			batches = append(batches, b)
-			sent += len(b.holds)
-		}
-	}
+	batches, sent := renewalBatches(holds, lease, cluster)
 	if len(batches) == 0 {
 		return 0, 0
 	}
@@ -296,6 +270,39 @@ func (c *Client) renewHolds(ctx context.Context, holds []*Hold, lease time.Durat
 	}
 	wg.Wait()
 	return sent, len(batches)
+}
+
+// renewalBatches dates a renewal of each hold still the watchdog's and groups
+// them into script calls of one kind (and, on a cluster, one slot) of at most
+// renewBatch holds; sent counts the holds.
+func renewalBatches(holds []*Hold, lease time.Duration, cluster bool) (batches []*renewal, sent int) {
+	groups := make(map[batchKey][]*Hold)
+	for _, h := range holds {
+		k := batchKey{kind: h.kind}
+		if cluster {
+			k.slot = slot.Of(h.key)
+		}
+		groups[k] = append(groups[k], h)
+	}
+	for k, holds := range groups {
+		for len(holds) > 0 {
+			b := &renewal{kind: k.kind}
+			for len(holds) > 0 && len(b.holds) < renewBatch {
+				if t, ok := holds[0].sendRenewal(lease); ok {
+					b.holds = append(b.holds, holds[0])
+					b.tickets = append(b.tickets, t)
+				}
+				holds = holds[1:]
+			}
+			if len(b.holds) == 0 {
+				continue
+			}
+			b.keys, b.args = k.kind.Args(b.holds, lease)
+			batches = append(batches, b)
+			sent += len(b.holds)
+		}
+	}
+	return batches, sent
 }
 
 // byNode splits batches of a cluster client by the node serving their slot,
