@@ -47,6 +47,10 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool, opts []LockOption
 			// replicas while ctx lasts instead.)
 			a.via = wl.h.Owner()
 			a.persist = wait && rw.c.Cfg.ReplicaAckRetry
+			a.retry = wait
+			if lc.waitSet {
+				a.retryWithin = lc.waitTimeout
+			}
 			wait = false
 		}
 	}
@@ -81,13 +85,30 @@ type rwAcquisition struct {
 	// persist: a downgrade that waits for the replicas while ctx lasts
 	// (WithReplicaAckRetry).
 	persist bool
+	// retry: a blocking downgrade, which never waits for the lock but, as
+	// any blocking call, retries while Redis cannot be reached: while ctx
+	// lasts, or for retryWithin (WithWaitTimeout) after its first attempt.
+	retry       bool
+	retryWithin time.Duration
 }
 
 // Attempt runs rw_acquire.lua once (see core.Protocol).
 func (a *rwAcquisition) Attempt(ctx context.Context, _ *core.Acquisition, enqueue, _ bool) (core.Reply, error) {
 	rw := a.rw
-	r, err := rwAcquireScript(ctx, rw.c, rw.keys, rwAcquireArgs{owner: a.Owner, secret: a.Secret, write: a.write, lease: a.Lease,
-		enqueue: enqueue, via: a.via, persist: a.persist})
+	args := rwAcquireArgs{owner: a.Owner, secret: a.Secret, write: a.write, lease: a.Lease,
+		enqueue: enqueue, via: a.via, persist: a.persist}
+	var r rwAcquireReply
+	var err error
+	if a.retry {
+		// The script is idempotent per owner: a retry finds the read hold
+		// an attempt whose reply was lost took.
+		err = core.RetryTransientWithin(ctx, a.retryWithin, func() error {
+			r, err = rwAcquireScript(ctx, rw.c, rw.keys, args)
+			return err
+		})
+	} else {
+		r, err = rwAcquireScript(ctx, rw.c, rw.keys, args)
+	}
 	out := core.Reply{Token: r.token, Count: r.count, Acked: r.acked}
 	switch r.status {
 	case 1:

@@ -118,7 +118,9 @@ func (rw *RWMutex) String() string { return "rlock.RWMutex(" + strconv.Quote(rw.
 // holds the write lock, RLock takes the read lock at once, whoever waits, so
 // that the holder may keep it after Unlock of the write lock (a downgrade):
 // its lock context ends with the read hold only, so the write Unlock does not
-// cancel it.
+// cancel it. It never waits for the lock, only, as any blocking call, for
+// Redis: a reply that is lost is retried while ctx lasts (or, with
+// WithWaitTimeout, until the timeout after the first attempt).
 func (rw *RWMutex) RLock(ctx context.Context, opts ...LockOption) (context.Context, error) {
 	return rw.observedLock(ctx, "RLock", false, true, opts)
 }

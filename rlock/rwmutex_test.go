@@ -903,3 +903,38 @@ func TestRWNewReaderKeepsCounter(t *testing.T) {
 		t.Fatalf("readers zset PTTL %dms, fencing counter %dms: want the counter kept about 1s past the readers", r, f)
 	}
 }
+
+// A downgrade by a blocking RLock retries a lost reply as RLock does
+// elsewhere, and the retry does not count the hold twice; TryRLock makes one
+// attempt, which a lost reply fails with ErrUnavailable.
+func TestRWDowngradeRetriesLostReply(t *testing.T) {
+	e := ftNewEnv(t)
+	fc := ftFaulty(t, e.srv)
+	const name = "downgrade-lost"
+	rw := e.clientOn(fc).RWMutex(name)
+	other := e.client().RWMutex(name)
+	w := rwLock(t, e.ctx, rw, true)
+	fc.set(once("other", ftLoseReply))
+	r, err := rw.RLock(w)
+	fc.set(nil)
+	if err != nil {
+		t.Fatalf("RLock under the write lock, its first reply lost: %v", err)
+	}
+	rwUnlock(t, rw, r, true) // the write lock
+	_, err = other.TryLock(e.ctx)
+	mustLocked(t, err, "a writer while the downgraded reader holds")
+	rwUnlock(t, rw, r, false)
+	l, err := other.TryLock(e.ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the one RUnlock of the downgrade: %v (the retry counted the read hold twice?)", err)
+	}
+	rwUnlock(t, other, l, true)
+
+	w = rwLock(t, e.ctx, rw, true)
+	fc.set(once("other", ftFailCall))
+	if _, err := rw.TryRLock(w); !errors.Is(err, rlock.ErrUnavailable) {
+		t.Fatalf("TryRLock under the write lock, its call failed: %v, want ErrUnavailable", err)
+	}
+	fc.set(nil)
+	rwUnlock(t, rw, w, true)
+}

@@ -193,10 +193,22 @@ func Retryable(ctx context.Context, err error) bool {
 // Errors are retried when transient, or when they are another context's
 // (see Retryable); op must be idempotent.
 func RetryTransient(ctx context.Context, op func() error) error {
+	return RetryTransientWithin(ctx, 0, op)
+}
+
+// RetryTransientWithin is RetryTransient with no retry begun later than
+// limit after the first (none when limit is 0): past it, op's last error
+// is returned as it is, so that however short limit is, Redis is asked
+// once.
+func RetryTransientWithin(ctx context.Context, limit time.Duration, op func() error) error {
 	backoff := minRetryBackoff
+	var end time.Time
+	if limit > 0 {
+		end = time.Now().Add(limit)
+	}
 	for {
 		err := op()
-		if err == nil || !Retryable(ctx, err) {
+		if err == nil || !Retryable(ctx, err) || !end.IsZero() && !time.Now().Add(backoff).Before(end) {
 			return err
 		}
 		select {
