@@ -36,12 +36,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "relock:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // -h: the usage was asked for, and printed
 		}
+		fmt.Fprintln(os.Stderr, "relock:", err)
 		os.Exit(2)
 	}
 }
+
+// errNoCommand is run's error for a command line that names no command
+// (after printing the usage).
+var errNoCommand = errors.New("no command given")
 
 const usage = `usage: relock [flags] COMMAND [ARGS]
 
@@ -71,7 +76,7 @@ func run(ctx context.Context, args []string, in io.Reader, out io.Writer) error 
 	}
 	if len(pos) == 0 {
 		fs.Usage()
-		return flag.ErrHelp
+		return errNoCommand
 	}
 	c, closeAll, err := o.conn.connect()
 	if err != nil {
