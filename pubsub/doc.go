@@ -84,13 +84,12 @@
 //     be counted undelivered. When Redis drops a channel because its slot
 //     moved (a sunsubscribe push), or a master's connection is lost, the
 //     channel's Waiters are woken at once, the channel is subscribed where
-//     its slot now lives, and its Waiters are woken again. So it goes, too,
-//     for the live channels of a shard connection closed to let its idle
-//     channels go (once they are as many as the live ones): what is
-//     published on them before their new SSUBSCRIBE returns is lost, and
-//     their Waiters look for themselves when woken. (Unsubscribing the idle
-//     channels alone would leave no gap, but rueidis v1.0.79 panics when
-//     Redis answers an unsubscribe with BUSY; see docs/upstream.)
+//     its slot now lives, and its Waiters are woken again. A shard
+//     connection is replaced to let its idle channels go (once they are as
+//     many as the live ones) as a classic one is: the live channels are
+//     subscribed on the new connection before the old one closes, so nothing
+//     published on them is lost; only when that fails (the node hangs or
+//     goes) is the old connection dropped as a lost one.
 //   - There is no goroutine per Waiter or per channel: one per connection.
 //     Stats reports the counts, for metrics.
 package pubsub

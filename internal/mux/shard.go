@@ -34,7 +34,10 @@ type link struct {
 	// dropped names channels Redis unsubscribed (sunsubscribe push: their
 	// slot moved) before their subscription was settled; see settle.
 	dropped map[string]bool
-	closed  bool // dropped by runSharded: nothing is confirmed on it any more
+	closed  bool // dropped, or retired: nothing is confirmed on it any more
+	// replaces is the link this one is replacing (see shard_retire.go):
+	// messages here on channels moving from it are delivered too.
+	replaces *link
 }
 
 // linkLost reports that a shard connection closed or broke.
@@ -79,10 +82,9 @@ func (c *conn) runSharded() {
 	defer s.closeLinks()
 	for {
 		var timer <-chan time.Time
-		if next := s.flush(); !next.IsZero() {
+		if next := earlier(s.flush(), s.retireLinks()); !next.IsZero() {
 			timer = time.After(time.Until(next))
 		}
-		s.retireLinks()
 		select {
 		case <-c.kicks:
 		case <-timer:
@@ -172,7 +174,7 @@ func (c *conn) onShardMessage(l *link, m rueidis.PubSubMessage) {
 	c.mux.messages.Add(1)
 	c.mu.Lock()
 	e := c.entries[m.Channel]
-	ours := e != nil && e.link == l && e.confirmed
+	ours := e != nil && e.confirmed && (e.link == l || e.moving && l.replaces != nil && e.link == l.replaces)
 	c.mu.Unlock()
 	if ours {
 		c.deliver(m)
@@ -209,6 +211,7 @@ func (c *conn) unconfirm(e *entry) {
 	}
 	e.link = nil
 	e.confirmed = false
+	e.moving = false
 	e.ready = make(chan struct{})
 	e.wake = true
 	c.toSub = append(c.toSub, e)
@@ -255,15 +258,17 @@ func (s *sharder) dropLink(l *link, broken bool) {
 	}
 }
 
-// retireLinks closes shard connections whose idle channels are as many as
-// their live ones (as retire does for classic pub/sub): the live ones are
-// subscribed again on a fresh connection, their Waiters woken once they are.
-func (s *sharder) retireLinks() {
+// retireLinks replaces shard connections whose idle channels are as many as
+// their live ones by fresh connections carrying the live ones only (see
+// shard_retire.go); one with no live channel is just closed. A node backing
+// off is left until its retry: retireLinks returns the first such retry
+// (zero if none).
+func (s *sharder) retireLinks() (next time.Time) {
 	c := s.c
 	c.mu.Lock()
 	if c.idle == 0 {
 		c.mu.Unlock()
-		return
+		return next
 	}
 	idle, live := map[*link]int{}, map[*link]int{}
 	for _, e := range c.entries {
@@ -278,10 +283,18 @@ func (s *sharder) retireLinks() {
 	}
 	c.mu.Unlock()
 	for l, n := range idle {
-		if node := s.nodes[l.addr]; n >= live[l] && node != nil && node.link == l && !node.busy {
+		node := s.nodes[l.addr]
+		switch {
+		case n < live[l] || node == nil || node.link != l || node.busy:
+		case live[l] == 0:
 			s.dropLink(l, false)
+		case time.Now().Before(node.retryAt):
+			next = earlier(next, node.retryAt)
+		default:
+			s.startRetire(node, l)
 		}
 	}
+	return next
 }
 
 // pendingBySlot takes the channels waiting to be subscribed, by slot, with
@@ -412,7 +425,7 @@ func (s *sharder) guessBefore(a, b string) bool {
 
 // earlier is the earlier of a and b, a zero time standing for none.
 func earlier(a, b time.Time) time.Time {
-	if a.IsZero() || b.Before(a) {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
 		return b
 	}
 	return a

@@ -16,6 +16,12 @@ type shardJob struct {
 	clients map[string]rueidis.Client // the topology when it was started
 	link    *link                     // the node's link; nil: dialled by the job
 	slots   []slotWork
+
+	// A retirement (see shard_retire.go) replaces retiring by link.
+	retiring *link
+	err      error // the replacement failed: retiring is dropped, unless keepOld
+	keepOld  bool  // the replacement failed, retiring still answers: it stays
+	closeOld bool  // retiring is the job's to close (it was not dropped)
 }
 
 // slotWork is one slot's part of a shardJob.
@@ -103,6 +109,10 @@ func (c *conn) learnMoved(ctx context.Context, j *shardJob, w *slotWork) {
 // was dropped meanwhile), and each slot's outcome is recorded. A failure
 // backs the node off.
 func (s *sharder) jobDone(j *shardJob) {
+	if j.retiring != nil {
+		s.retireDone(j)
+		return
+	}
 	n := s.node(j.addr)
 	n.busy = false
 	s.c.mu.Lock()
