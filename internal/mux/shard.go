@@ -232,6 +232,13 @@ func (s *sharder) dropLink(l *link, broken bool) {
 		return
 	}
 	l.closed = true
+	if l.replaces != nil {
+		// A retirement's new connection, lost before anything moved to it
+		// (see shard_retire.go): the retirement finds it closed.
+		c.mu.Unlock()
+		c.closeLink(l)
+		return
+	}
 	if broken {
 		c.reconnects++
 		// The master may be gone: ask for its slots' owners afresh.

@@ -66,8 +66,9 @@ func (c *conn) replaceLink(ctx context.Context, j *shardJob, lost chan<- linkLos
 		return err
 	}
 	j.link = l
-	for slot, es := range c.startMoving(j.retiring, l) {
-		if err := c.moveSlot(ctx, l, slot, es); err != nil {
+	leftOut := map[uint16]bool{} // slots that moved away from the node
+	for pass := 1; ; pass++ {
+		if err := c.moveLive(ctx, j.retiring, l, leftOut); err != nil {
 			c.stopMoving(l)
 			var notMaster *notMasterError
 			if !errors.As(err, &notMaster) {
@@ -75,29 +76,65 @@ func (c *conn) replaceLink(ctx context.Context, j *shardJob, lost chan<- linkLos
 			}
 			return err
 		}
+		fenceErr := fence(ctx, j.retiring)
+		closeOld, again, err := c.moveTo(j.retiring, l, fenceErr != nil, leftOut, pass < maxRetirePasses)
+		switch {
+		case again:
+			continue
+		case err != nil:
+			j.keepOld = fenceErr == nil
+			return err
+		}
+		j.closeOld = closeOld
+		return nil
 	}
-	fenceErr := fence(ctx, j.retiring)
-	moved, closeOld := c.moveTo(j.retiring, l, fenceErr != nil)
-	if !moved {
-		return errors.New("pubsub: the replacement connection was lost")
+}
+
+// maxRetirePasses bounds the passes of a retirement over the channels that
+// became live (a Waiter came back to an idle one) while it ran.
+const maxRetirePasses = 3
+
+// errReplacementLost is a retirement's error when its new connection was
+// lost before the channels moved to it.
+var errReplacementLost = errors.New("pubsub: the replacement connection was lost")
+
+// moveLive subscribes on l the live channels confirmed on old that are not
+// moving yet, slot by slot (see moveSlot), but those of slots left out; a
+// slot that turns out to have moved away from the node is left out from
+// then on.
+func (c *conn) moveLive(ctx context.Context, old, l *link, leftOut map[uint16]bool) error {
+	for slot, es := range c.startMoving(old, l, leftOut) {
+		subscribed, err := c.moveSlot(ctx, l, slot, es)
+		if err != nil {
+			return err
+		}
+		if !subscribed {
+			leftOut[slot] = true
+		}
 	}
-	j.closeOld = closeOld
 	return nil
 }
 
-// startMoving makes l the replacement of old and returns the live channels
-// confirmed on old, by slot.
-func (c *conn) startMoving(old, l *link) map[uint16][]*entry {
+// startMoving makes l the replacement of old and returns, by slot, the live
+// channels confirmed on old that are not moving yet, but those of slots
+// left out.
+func (c *conn) startMoving(old, l *link, leftOut map[uint16]bool) map[uint16][]*entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l.replaces = old
 	bySlot := map[uint16][]*entry{}
 	for _, e := range c.entries {
-		if e.link == old && e.confirmed && !e.idle {
+		if c.toMove(e, old, leftOut) {
 			bySlot[slot.Of(e.channel)] = append(bySlot[slot.Of(e.channel)], e)
 		}
 	}
 	return bySlot
+}
+
+// toMove tells a live channel confirmed on old, not moving yet, of a slot
+// not left out. Called with c.mu held.
+func (c *conn) toMove(e *entry, old *link, leftOut map[uint16]bool) bool {
+	return e.link == old && e.confirmed && !e.idle && !e.moving && !leftOut[slot.Of(e.channel)]
 }
 
 // subscribeMoving subscribes es, channels of one slot, on l, batch by batch,
@@ -133,10 +170,10 @@ func (c *conn) subscribeMoving(ctx context.Context, l *link, es []*entry) error 
 }
 
 // moveSlot subscribes es, the live channels of one slot, on l (see
-// subscribeMoving). A slot that moved away from the node is left out, its
-// new owner recorded when known: nil. A node that is no longer a master
-// fails it with a notMasterError.
-func (c *conn) moveSlot(ctx context.Context, l *link, slot uint16, es []*entry) error {
+// subscribeMoving), and reports whether it did. A slot that moved away from
+// the node is not (its new owner recorded when known). A node that is no
+// longer a master fails it with a notMasterError.
+func (c *conn) moveSlot(ctx context.Context, l *link, slot uint16, es []*entry) (bool, error) {
 	err := c.subscribeMoving(ctx, l, es)
 	owner, moved := movedAway(err)
 	var notMaster *notMasterError
@@ -144,30 +181,26 @@ func (c *conn) moveSlot(ctx context.Context, l *link, slot uint16, es []*entry) 
 		// The slot moved after its SSUBSCRIBE (whose subscription its
 		// migration drops), or the node is a replica now.
 		if roleErr := stillMaster(ctx, l); roleErr != nil {
-			return roleErr
+			return false, roleErr
 		}
 		owner, moved = notMaster.master, true
 	}
 	if !moved {
-		return err
+		return err == nil, err
 	}
 	if owner != "" {
 		c.setOwner(slot, owner)
 	}
-	return nil
+	return false, nil
 }
 
 // movedAway tells an error of subscribeMoving's SSUBSCRIBE that says the
-// slot is not the node's (any more), so that nothing was subscribed: MOVED
-// (to owner) or ASK (being migrated).
+// slot is not the node's any more, so that nothing was subscribed: MOVED
+// (to owner). (An ASK, a slot being migrated, which the node still serves,
+// is a failure like any other: the old connection is kept.)
 func movedAway(err error) (owner string, moved bool) {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		if addr, ok := rerr.IsMoved(); ok {
-			return addr, true
-		}
-		if _, ok := rerr.IsAsk(); ok {
-			return "", true
-		}
+		return rerr.IsMoved()
 	}
 	return "", false
 }
@@ -196,19 +229,23 @@ func (c *conn) stopMoving(l *link) {
 		}
 	}
 	l.replaces = nil
+	wasClosed := l.closed
 	l.closed = true
 	c.mu.Unlock()
-	c.closeLink(l)
+	if !wasClosed {
+		c.closeLink(l)
+	}
 }
 
 // moveTo moves the channels moving from old to l and lets old go with the
-// rest: an idle channel is dropped, one that became live meanwhile (or that
-// Redis dropped from l) is subscribed again, its Waiters woken. fenceFailed:
-// old may have lost messages before the move, so the moved channels'
-// Waiters are woken too. It reports whether l was kept (false, moving
-// nothing, when l was lost meanwhile) and whether old is the caller's to
-// close (it was not dropped meanwhile).
-func (c *conn) moveTo(old, l *link, fenceFailed bool) (moved, closeOld bool) {
+// rest: an idle channel is dropped, one of a slot left out (or that Redis
+// dropped from l) is subscribed again, its Waiters woken. fenceFailed: old
+// may have lost messages before the move, so the moved channels' Waiters are
+// woken too. It reports whether old is the caller's to close (it was not
+// dropped meanwhile); again, with nothing changed, when mayRepeat and a
+// channel became live meanwhile (to be subscribed on l first); and
+// errReplacementLost, with nothing moved, when l was lost meanwhile.
+func (c *conn) moveTo(old, l *link, fenceFailed bool, leftOut map[uint16]bool, mayRepeat bool) (closeOld, again bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l.closed {
@@ -218,7 +255,14 @@ func (c *conn) moveTo(old, l *link, fenceFailed bool) (moved, closeOld bool) {
 			}
 		}
 		l.replaces = nil
-		return false, false
+		return false, false, errReplacementLost
+	}
+	if mayRepeat {
+		for _, e := range c.entries {
+			if c.toMove(e, old, leftOut) {
+				return false, true, nil
+			}
+		}
 	}
 	l.replaces = nil
 	closeOld = !old.closed
@@ -240,7 +284,7 @@ func (c *conn) moveTo(old, l *link, fenceFailed bool) (moved, closeOld bool) {
 		}
 	}
 	c.kick()
-	return true, closeOld
+	return closeOld, false, nil
 }
 
 // retireDone takes in a finished retirement: the new link becomes the
@@ -263,6 +307,7 @@ func (s *sharder) retireDone(j *shardJob) {
 	if j.closeOld {
 		s.c.closeLink(j.retiring)
 	}
+	n.retryIn = 0
 	s.c.mu.Lock()
 	kept := !j.link.closed
 	s.c.mu.Unlock()
