@@ -20,7 +20,10 @@ import (
 // busyScript spins for ARGV[1] microseconds. Past the server's script time
 // limit, every other connection gets BUSY replies until it ends (or SCRIPT
 // KILL: it writes nothing).
-const busyScript = `
+const busyScript = busyLoop + `return 1`
+
+// busyLoop is the spin of busyScript.
+const busyLoop = `
 local t = redis.call('TIME')
 local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit = tonumber(ARGV[1])
@@ -28,7 +31,7 @@ while true do
   t = redis.call('TIME')
   if tonumber(t[1]) * 1000000 + tonumber(t[2]) - start >= limit then break end
 end
-return 1`
+`
 
 // busyServer starts a Redis that answers BUSY 50ms into a long script.
 func busyServer(t *testing.T) *redistest.Server {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,27 +36,7 @@ func TestShardedRetirementKeepsLiveChannelsHeard(t *testing.T) {
 	w := mxSubscribe(ctx, t, m, live)
 	defer w.Leave(true)
 
-	var published, unheard atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, err := rc.Do(ctx, rc.B().Spublish().Channel(live).Message("0").Build()).AsInt64()
-			if err != nil {
-				t.Errorf("SPUBLISH: %v", err)
-				return
-			}
-			published.Add(1)
-			if n == 0 {
-				unheard.Add(1)
-			}
-		}
-	})
+	published, unheard, stop := spublishUntil(ctx, t, rc, live)
 
 	// Each idle channel (same slot as the live one, so the same connection)
 	// makes idle channels as many as live ones: the connection is retired,
@@ -71,14 +50,13 @@ func TestShardedRetirementKeepsLiveChannelsHeard(t *testing.T) {
 			return n == 0, fmt.Sprintf("%s still has %d subscribers: the connection was not retired", idle, n)
 		})
 	}
-	close(stop)
-	wg.Wait()
-	if published.Load() < retirements {
-		t.Fatalf("only %d SPUBLISHes during %d retirements", published.Load(), retirements)
+	stop()
+	if *published < retirements {
+		t.Fatalf("only %d SPUBLISHes during %d retirements", *published, retirements)
 	}
-	if n := unheard.Load(); n != 0 {
+	if *unheard != 0 {
 		t.Errorf("%d of %d SPUBLISHes on the live channel reached no subscriber during %d retirements",
-			n, published.Load(), retirements)
+			*unheard, *published, retirements)
 	}
 	if n := shardNumSub(ctx, t, owner, live); n != 1 {
 		t.Errorf("live channel has %d subscribers after the retirements, want 1", n)
@@ -141,15 +119,7 @@ func TestShardedRetirementOnAHungNode(t *testing.T) {
 
 // busyPublishScript spins for ARGV[1] microseconds, then SPUBLISHes on
 // KEYS[1] and returns the number of receivers.
-const busyPublishScript = `
-local t = redis.call('TIME')
-local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit = tonumber(ARGV[1])
-while true do
-  t = redis.call('TIME')
-  if tonumber(t[1]) * 1000000 + tonumber(t[2]) - start >= limit then break end
-end
-return redis.call('SPUBLISH', KEYS[1], '1')`
+const busyPublishScript = busyLoop + `return redis.call('SPUBLISH', KEYS[1], '1')`
 
 // A retirement whose replacement meets BUSY (another client's script runs
 // long) keeps the old connection, which still answers: the live channel
@@ -242,29 +212,9 @@ func TestShardedRetirementWhileAnotherSlotMoves(t *testing.T) {
 	wm := mxSubscribe(ctx, t, m, moving)
 	defer wm.Leave(true)
 
+	// SPUBLISH on x itself: the steady slot never leaves it.
+	published, unheard, stopPublishing := spublishUntil(ctx, t, redistest.Client(t, x), steady)
 	stop := make(chan struct{})
-	var published, unheard int64
-	pubDone := make(chan struct{})
-	xc := redistest.Client(t, x) // SPUBLISH on x itself: the steady slot never leaves it
-	go func() {
-		defer close(pubDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, err := xc.Do(ctx, xc.B().Spublish().Channel(steady).Message("0").Build()).AsInt64()
-			if err != nil {
-				t.Errorf("SPUBLISH: %v", err)
-				return
-			}
-			published++
-			if n == 0 {
-				unheard++
-			}
-		}
-	}()
 	retDone := make(chan struct{})
 	go func() {
 		defer close(retDone)
@@ -290,13 +240,40 @@ func TestShardedRetirementWhileAnotherSlotMoves(t *testing.T) {
 		to, from = from, to
 	}
 	close(stop)
-	<-pubDone
+	stopPublishing()
 	<-retDone
-	t.Logf("%d of %d SPUBLISHes on the steady channel unheard; stats %+v", unheard, published, m.Stats())
-	if unheard != 0 {
-		t.Errorf("%d of %d SPUBLISHes on a channel whose slot never moved reached nobody", unheard, published)
+	if *unheard != 0 {
+		t.Errorf("%d of %d SPUBLISHes on a channel whose slot never moved reached nobody", *unheard, *published)
 	}
 	mxEventually(t, mxPatience, func() (bool, string) {
 		return ws.Live() && wm.Live(), "not live again"
 	})
+}
+
+// spublishUntil SPUBLISHes on ch through rc, one after another, until the
+// stop it returns is called; then published and unheard (no subscriber
+// reached) count them.
+func spublishUntil(ctx context.Context, t *testing.T, rc rueidis.Client, ch string) (published, unheard *int64, stop func()) {
+	published, unheard = new(int64), new(int64)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			n, err := rc.Do(ctx, rc.B().Spublish().Channel(ch).Message("0").Build()).AsInt64()
+			if err != nil {
+				t.Errorf("SPUBLISH %s: %v", ch, err)
+				return
+			}
+			*published++
+			if n == 0 {
+				*unheard++
+			}
+		}
+	})
+	return published, unheard, func() { close(done); wg.Wait() }
 }
