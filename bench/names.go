@@ -113,127 +113,166 @@ func runNames(ctx context.Context, cfg config, nc namesConfig) error {
 		return err
 	}
 	defer raw.Close()
-	b := &bench{addr: srv.Addr(), raw: raw}
-	prefix := "relock-bench-names"
-
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	c, err := rlock.New(rc, rlock.WithKeyPrefix(prefix), rlock.WithWatchdogTimeout(nc.watchdog))
-	if err != nil {
+	r := &namesRun{ctx: ctx, nc: nc, b: &bench{addr: srv.Addr(), raw: raw}, raw: raw, rc: rc, prefix: "relock-bench-names"}
+	if r.c, err = rlock.New(rc, rlock.WithKeyPrefix(r.prefix), rlock.WithWatchdogTimeout(nc.watchdog)); err != nil {
 		return err
 	}
-	defer c.Close()
-	var lockOpts []rlock.LockOption
-	holds := fmt.Sprintf("watchdog (timeout %v)", nc.watchdog)
-	keep := nc.watchdog
-	if nc.lease > 0 {
-		lockOpts = append(lockOpts, rlock.WithLease(nc.lease))
-		holds = fmt.Sprintf("WithLease(%v), watchdog timeout %v", nc.lease, nc.watchdog)
-		keep = nc.lease
-	}
-	keep = max(keep, time.Second)
-	rep := &NamesReport{
-		Module: moduleState(), Server: b.serverInfo(ctx), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
-		LoadAvg: []string{loadAvg()}, Names: nc.count, HeldAtOnce: nc.held, Concurrency: nc.concurrency, Holds: holds,
-		IdleBound: fmt.Sprintf("fencing counter %v after its last token; latch %v after the release", keep, rlock.DefaultUnlockTimeout+time.Second),
-	}
-	fmt.Printf("names: %d names, %d held at once, %d at a time, %s; redis %s at %s; relock %s; load average %s\n",
-		nc.count, nc.held, nc.concurrency, holds, rep.Server["redis_version"], srv.Addr(), rep.Module, rep.LoadAvg[0])
-
-	name := func(i int) string { return "orders:" + strconv.Itoa(i) }
-	// Load the scripts and open the connections, then forget the keys.
-	l, err := c.Mutex("warm-up").Lock(ctx)
-	if err == nil {
-		err = c.Mutex("warm-up").Unlock(l)
-	}
-	if err != nil {
-		return err
-	}
-	if err := raw.Do(ctx, raw.B().Flushall().Build()).Error(); err != nil {
-		return err
-	}
-	memory := func() (int64, int64, error) {
-		text, err := b.info(ctx, "memory")
-		if err != nil {
-			return 0, 0, err
-		}
-		var used int64 = -1
-		for line := range strings.Lines(text) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-				used, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if used < 0 {
-			return 0, 0, errors.New("INFO memory has no used_memory")
-		}
-		keys, err := raw.Do(ctx, raw.B().Dbsize().Build()).AsInt64()
-		return used, keys, err
-	}
-	// The slow log keeps the arguments of up to 128 slow commands (on a
-	// loaded machine, some scripts): memory of the server, not of any lock.
-	slowlogReset := func() error { return raw.Do(ctx, raw.B().SlowlogReset().Build()).Error() }
-	if err := slowlogReset(); err != nil {
-		return err
-	}
-	if rep.BaselineBytes, _, err = memory(); err != nil {
-		return err
-	}
-	baseParts, err := memoryStats(ctx, raw)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("baseline: used_memory %s\n", fmtBytes(rep.BaselineBytes))
-
-	// forEach runs fn for names [from, to), nc.concurrency at a time.
-	forEach := func(from, to int, fn func(i int) error) error {
-		var next atomic.Int64
-		next.Store(int64(from))
-		var wg sync.WaitGroup
-		errs := make(chan error, nc.concurrency)
-		for range nc.concurrency {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= to || ctx.Err() != nil {
-						return
-					}
-					if err := fn(i); err != nil {
-						errs <- fmt.Errorf("%s: %w", name(i), err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
+	defer r.c.Close()
+	r.describe(srv.Addr())
+	for _, step := range []func() error{r.baseline, r.heldSample, r.lockEachOnce, r.waitIdle, r.memoryBack} {
+		if err := step(); err != nil {
 			return err
 		}
-		return ctx.Err()
 	}
+	r.rep.LoadAvg = append(r.rep.LoadAvg, loadAvg())
+	r.rep.Elapsed = time.Since(start).Seconds()
+	return writeNamesReport(cfg.out, r.rep)
+}
 
-	// The held sample, first as spin locks on the keys the Mutexes will
-	// hold, for the ratio.
-	spinBytes, err := spinHeldBytes(ctx, rc, keep, nc.held, func(i int) string { return prefix + ":{" + name(i) + "}" }, forEach, memory)
+// namesRun is one run of the names scenario, its steps run in turn by
+// runNames, each filling in its part of rep.
+type namesRun struct {
+	ctx       context.Context
+	nc        namesConfig
+	b         *bench
+	raw, rc   rueidis.Client
+	c         *rlock.Client
+	prefix    string
+	lockOpts  []rlock.LockOption
+	keep      time.Duration    // how long a name's fencing counter is kept
+	rep       *NamesReport     // what the run measured
+	baseParts map[string]int64 // MEMORY STATS at the baseline
+	last      time.Time        // when the last Lock returned
+}
+
+func (r *namesRun) name(i int) string { return "orders:" + strconv.Itoa(i) }
+
+// describe sets up the report and the lock options, and prints what runs.
+func (r *namesRun) describe(addr string) {
+	nc := r.nc
+	holds := fmt.Sprintf("watchdog (timeout %v)", nc.watchdog)
+	r.keep = nc.watchdog
+	if nc.lease > 0 {
+		r.lockOpts = append(r.lockOpts, rlock.WithLease(nc.lease))
+		holds = fmt.Sprintf("WithLease(%v), watchdog timeout %v", nc.lease, nc.watchdog)
+		r.keep = nc.lease
+	}
+	r.keep = max(r.keep, time.Second)
+	r.rep = &NamesReport{
+		Module: moduleState(), Server: r.b.serverInfo(r.ctx), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		LoadAvg: []string{loadAvg()}, Names: nc.count, HeldAtOnce: nc.held, Concurrency: nc.concurrency, Holds: holds,
+		IdleBound: fmt.Sprintf("fencing counter %v after its last token; latch %v after the release", r.keep, rlock.DefaultUnlockTimeout+time.Second),
+	}
+	fmt.Printf("names: %d names, %d held at once, %d at a time, %s; redis %s at %s; relock %s; load average %s\n",
+		nc.count, nc.held, nc.concurrency, holds, r.rep.Server["redis_version"], addr, r.rep.Module, r.rep.LoadAvg[0])
+}
+
+// memory returns the server's used_memory and its number of keys.
+func (r *namesRun) memory() (int64, int64, error) {
+	text, err := r.b.info(r.ctx, "memory")
+	if err != nil {
+		return 0, 0, err
+	}
+	var used int64 = -1
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if used < 0 {
+		return 0, 0, errors.New("INFO memory has no used_memory")
+	}
+	keys, err := r.raw.Do(r.ctx, r.raw.B().Dbsize().Build()).AsInt64()
+	return used, keys, err
+}
+
+// slowlogReset empties the slow log, which keeps the arguments of up to 128
+// slow commands (on a loaded machine, some scripts): memory of the server,
+// not of any lock.
+func (r *namesRun) slowlogReset() error {
+	return r.raw.Do(r.ctx, r.raw.B().SlowlogReset().Build()).Error()
+}
+
+// forEach runs fn for names [from, to), nc.concurrency at a time.
+func (r *namesRun) forEach(from, to int, fn func(i int) error) error {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	errs := make(chan error, r.nc.concurrency)
+	for range r.nc.concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= to || r.ctx.Err() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					errs <- fmt.Errorf("%s: %w", r.name(i), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return r.ctx.Err()
+}
+
+// baseline loads the scripts and opens the connections, forgets the keys,
+// and measures the server without any lock.
+func (r *namesRun) baseline() error {
+	l, err := r.c.Mutex("warm-up").Lock(r.ctx)
+	if err == nil {
+		err = r.c.Mutex("warm-up").Unlock(l)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.raw.Do(r.ctx, r.raw.B().Flushall().Build()).Error(); err != nil {
+		return err
+	}
+	if err := r.slowlogReset(); err != nil {
+		return err
+	}
+	if r.rep.BaselineBytes, _, err = r.memory(); err != nil {
+		return err
+	}
+	if r.baseParts, err = memoryStats(r.ctx, r.raw); err != nil {
+		return err
+	}
+	fmt.Printf("baseline: used_memory %s\n", fmtBytes(r.rep.BaselineBytes))
+	return nil
+}
+
+// heldSample measures nc.held names held at once: first by the spin lock on
+// the keys the Mutexes will hold (for the ratio), then by the Mutexes, and
+// just after their release.
+func (r *namesRun) heldSample() error {
+	rep, nc := r.rep, r.nc
+	spinBytes, err := spinHeldBytes(r.ctx, r.rc, r.keep, nc.held, func(i int) string { return r.prefix + ":{" + r.name(i) + "}" }, r.forEach, r.memory)
 	if err != nil {
 		return err
 	}
 	rep.SpinPerHeldName = float64(spinBytes-rep.BaselineBytes) / float64(nc.held)
 	fmt.Printf("%d names held by the spin lock: %.0f bytes per held name\n", nc.held, rep.SpinPerHeldName)
 
-	// The held sample.
 	held := make([]context.Context, nc.held)
-	if err := forEach(0, nc.held, func(i int) error {
-		l, err := c.Mutex(name(i)).Lock(ctx, lockOpts...)
+	if err := r.forEach(0, nc.held, func(i int) error {
+		l, err := r.c.Mutex(r.name(i)).Lock(r.ctx, r.lockOpts...)
 		held[i] = l
 		return err
 	}); err != nil {
 		return err
 	}
-	if rep.HeldBytes, rep.HeldKeys, err = memory(); err != nil {
+	if rep.HeldBytes, rep.HeldKeys, err = r.memory(); err != nil {
 		return err
 	}
 	rep.PerHeldName = float64(rep.HeldBytes-rep.BaselineBytes) / float64(nc.held)
@@ -241,111 +280,132 @@ func runNames(ctx context.Context, cfg config, nc namesConfig) error {
 		nc.held, fmtBytes(rep.HeldBytes), rep.HeldKeys, rep.PerHeldName, float64(rep.HeldKeys)/float64(nc.held))
 	rep.HeldRatioToSpin = rep.PerHeldName / rep.SpinPerHeldName
 	fmt.Printf("held name, rlock against the spin lock: %.2fx\n", rep.HeldRatioToSpin)
-	if err := forEach(0, nc.held, func(i int) error { return c.Mutex(name(i)).Unlock(held[i]) }); err != nil {
+	if err := r.forEach(0, nc.held, func(i int) error { return r.c.Mutex(r.name(i)).Unlock(held[i]) }); err != nil {
 		return err
 	}
-	held = nil
-	if rep.IdleBytes, rep.IdleKeys, err = memory(); err != nil {
+	if rep.IdleBytes, rep.IdleKeys, err = r.memory(); err != nil {
 		return err
 	}
 	rep.PerIdleName = float64(rep.IdleBytes-rep.BaselineBytes) / float64(nc.held)
 	fmt.Printf("released: used_memory %s, %d keys: %.0f bytes and %.2f keys per idle name until its idle bound\n",
 		fmtBytes(rep.IdleBytes), rep.IdleKeys, rep.PerIdleName, float64(rep.IdleKeys)/float64(nc.held))
+	return nil
+}
 
-	// The other names, locked and unlocked once each.
+// lockEachOnce locks and unlocks the other names once each.
+func (r *namesRun) lockEachOnce() error {
+	rep, nc := r.rep, r.nc
 	began := time.Now()
 	var lastLock atomic.Int64
-	if err := forEach(nc.held, nc.count, func(i int) error {
-		l, err := c.Mutex(name(i)).Lock(ctx, lockOpts...)
+	if err := r.forEach(nc.held, nc.count, func(i int) error {
+		l, err := r.c.Mutex(r.name(i)).Lock(r.ctx, r.lockOpts...)
 		if err != nil {
 			return err
 		}
 		lastLock.Store(time.Now().UnixNano())
-		return c.Mutex(name(i)).Unlock(l)
+		return r.c.Mutex(r.name(i)).Unlock(l)
 	}); err != nil {
 		return err
 	}
 	if rest := nc.count - nc.held; rest > 0 {
 		rep.LockUnlockPerS = float64(rest) / time.Since(began).Seconds()
 	}
-	last := time.Unix(0, lastLock.Load())
-	if rep.PeakBytes, rep.PeakKeys, err = memory(); err != nil {
+	r.last = time.Unix(0, lastLock.Load())
+	var err error
+	if rep.PeakBytes, rep.PeakKeys, err = r.memory(); err != nil {
 		return err
 	}
 	fmt.Printf("%d names locked once each (%.0f Lock+Unlock/s): used_memory %s, %d keys\n",
 		nc.count, rep.LockUnlockPerS, fmtBytes(rep.PeakBytes), rep.PeakKeys)
+	return nil
+}
 
-	// The idle bound, waited out.
-	limit := keep + rlock.DefaultUnlockTimeout + 2*time.Minute
-	fmt.Printf("waiting for every key to expire (bound %s; giving up after %v)...\n", rep.IdleBound, limit)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+// waitIdle waits the idle bound out: until every key is gone.
+func (r *namesRun) waitIdle() error {
+	limit := r.keep + rlock.DefaultUnlockTimeout + 2*time.Minute
+	fmt.Printf("waiting for every key to expire (bound %s; giving up after %v)...\n", r.rep.IdleBound, limit)
 	var keys int64
-	for {
-		if _, keys, err = memory(); err != nil {
-			return err
-		}
-		if keys == 0 || time.Since(last) > limit {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+	err := r.poll(func() (bool, error) {
+		var err error
+		_, keys, err = r.memory()
+		return keys == 0 || time.Since(r.last) > limit, err
+	})
+	if err != nil {
+		return err
 	}
-	gone := time.Since(last)
+	gone := time.Since(r.last)
 	if keys != 0 {
 		return fmt.Errorf("%d keys still there %v after the last lock", keys, gone.Round(time.Second))
 	}
-	rep.KeysGoneAfter = gone.Round(100 * time.Millisecond).String()
-	// Redis shrinks its key tables in its cron, a little later.
+	r.rep.KeysGoneAfter = gone.Round(100 * time.Millisecond).String()
+	return nil
+}
+
+// memoryBack waits for used_memory to come back to the baseline (Redis
+// shrinks its key tables in its cron, a little after the keys go), and
+// says where any difference lies.
+func (r *namesRun) memoryBack() error {
+	rep := r.rep
 	back := time.Now()
-	for {
-		if err := slowlogReset(); err != nil {
-			return err
+	err := r.poll(func() (bool, error) {
+		if err := r.slowlogReset(); err != nil {
+			return false, err
 		}
-		if rep.AfterBytes, rep.AfterKeys, err = memory(); err != nil {
-			return err
-		}
-		if float64(rep.AfterBytes) <= 1.01*float64(rep.BaselineBytes) || time.Since(back) > nc.settle {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+		var err error
+		rep.AfterBytes, rep.AfterKeys, err = r.memory()
+		return float64(rep.AfterBytes) <= 1.01*float64(rep.BaselineBytes) || time.Since(back) > r.nc.settle, err
+	})
+	if err != nil {
+		return err
 	}
 	rep.MemoryBackAfter = time.Since(back).Round(100 * time.Millisecond).String()
 	rep.AfterVsBaseline = float64(rep.AfterBytes - rep.BaselineBytes)
-	afterParts, err := memoryStats(ctx, raw)
+	afterParts, err := memoryStats(r.ctx, r.raw)
 	if err != nil {
 		return err
 	}
 	rep.AfterVsBaselineByPart = map[string]int64{}
 	var parts []string
 	for k, v := range afterParts {
-		if d := v - baseParts[k]; d >= 1024 || d <= -1024 {
+		if d := v - r.baseParts[k]; d >= 1024 || d <= -1024 {
 			rep.AfterVsBaselineByPart[k] = d
 			parts = append(parts, fmt.Sprintf("%s %+d", k, d))
 		}
 	}
 	slices.Sort(parts)
-	rep.AfterVsBaselineKeys = rep.AfterVsBaseline - float64(afterParts["clients.normal"]-baseParts["clients.normal"])
+	rep.AfterVsBaselineKeys = rep.AfterVsBaseline - float64(afterParts["clients.normal"]-r.baseParts["clients.normal"])
 	fmt.Printf("every key gone %s after the last lock; %s later used_memory %s, %+.0f bytes against the baseline (%s), %+.0f less the connections' buffers; by MEMORY STATS field: %s\n",
 		rep.KeysGoneAfter, rep.MemoryBackAfter, fmtBytes(rep.AfterBytes), rep.AfterVsBaseline, fmtBytes(rep.BaselineBytes), rep.AfterVsBaselineKeys, strings.Join(parts, ", "))
-	rep.LoadAvg = append(rep.LoadAvg, loadAvg())
-	rep.Elapsed = time.Since(start).Seconds()
+	return nil
+}
 
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+// poll calls done every 250ms, at once first, until it reports true or an
+// error, or ctx ends.
+func (r *namesRun) poll(done func() (bool, error)) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
+		select {
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// writeNamesReport writes rep to dir/names.json.
+func writeNamesReport(dir string, rep *NamesReport) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	out, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(cfg.out, "names.json")
+	path := filepath.Join(dir, "names.json")
 	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
 		return err
 	}
