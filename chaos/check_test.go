@@ -75,8 +75,12 @@ const stuckSlack = 15 * time.Second
 // with the other packages of make test running beside the suite. At 10ms the
 // short suite failed in about 1 of 10 runs of the scenario alone (at 5baf434
 // as after it) and in 2 of 3 whole make test runs on a machine busy with other
-// test runs: passes a few ms past 10ms, each before the Client heard.
-const forceUnlockWindow = 50 * time.Millisecond
+// test runs: passes a few ms past 10ms, each before the Client heard. At 50ms
+// it failed once (682078a), in a make test run beside a CI clone's (two
+// suites under -race on 2 cores): one pass more than 50ms after the
+// force-unlock. The library bounds this window by the message's delivery,
+// not by a time (see Mutex.Token); the violation says how late a pass was.
+const forceUnlockWindow = 250 * time.Millisecond
 
 // check verifies the run once the workload is over; the workers are still
 // connected.
@@ -359,10 +363,21 @@ func forcedOverlap(inside []string, byOwner map[string]event, stale map[string]b
 			// documented window, safe under fencing.
 			inWindow++
 		case e.Cause != "leaselost":
-			return fmt.Sprintf("%s (token %d, below %s's %d) never lost its lease (cause %s, release %s)", owner, e.Token, top.Owner, top.Token, e.Cause, e.ReleaseClass), 0
+			return fmt.Sprintf("%s (token %d, below %s's %d) never lost its lease (cause %s, release %s%s)", owner, e.Token, top.Owner, top.Token, e.Cause, e.ReleaseClass, releasedAfter(e, forced)), 0
 		}
 	}
 	return "", inWindow
+}
+
+// releasedAfter says how long after the end of a force-unlock that ran while
+// e held the lock e released it ("" when none did).
+func releasedAfter(e event, forced []forceUnlock) string {
+	for _, f := range forced {
+		if e.TAcq < f.start && e.TEnd > f.start {
+			return fmt.Sprintf(", %v after a force-unlock", time.Duration(e.TEnd-f.end))
+		}
+	}
+	return ""
 }
 
 // releasedInWindow reports whether e held the lock when a force-unlock ran
