@@ -106,12 +106,15 @@ func TestShardedRetirementOnAHungNode(t *testing.T) {
 	if err := owner.Resume(); err != nil {
 		t.Fatal(err)
 	}
+	// Live: subscribed again by the Multiplexer; one subscriber: the
+	// connections it gave up (whose SSUBSCRIBEs the paused node ran late)
+	// are gone.
 	mxEventually(t, mxPatience, func() (bool, string) {
 		l, i := shardNumSub(ctx, t, owner, live), shardNumSub(ctx, t, owner, idle)
-		return l == 1 && i == 0, fmt.Sprintf("subscribers: live channel %d (want 1), idle channel %d (want 0)", l, i)
+		return w.Live() && l == 1 && i == 0, fmt.Sprintf("Live %v; subscribers: live channel %d (want 1), idle channel %d (want 0)", w.Live(), l, i)
 	})
 	mxFired(w)
-	if n, err := rc.Do(ctx, rc.B().Spublish().Channel(live).Message("1").Build()).AsInt64(); err != nil || n != 1 {
+	if n, err := rc.Do(ctx, rc.B().Spublish().Channel(live).Message("1").Build()).AsInt64(); err != nil || n < 1 {
 		t.Fatalf("SPUBLISH after: %d receivers, %v", n, err)
 	}
 	mxWaitFired(t, w, live)
