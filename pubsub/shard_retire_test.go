@@ -26,13 +26,7 @@ func TestShardedRetirementKeepsLiveChannelsHeard(t *testing.T) {
 	ctx := mxContext(t)
 	rc := redistest.ClusterClient(t, c)
 	m := mxNew(t, rc, pubsub.WithLinger(0))
-	prefix := redistest.KeyPrefix(t)
-	var owner *redistest.Server
-	var live string
-	for srv, ch := range shardChannels(ctx, t, c, prefix) {
-		owner, live = srv, ch
-		break
-	}
+	owner, live := oneShardChannel(ctx, t, c)
 	w := mxSubscribe(ctx, t, m, live)
 	defer w.Leave(true)
 
@@ -80,12 +74,7 @@ func TestShardedRetirementOnAHungNode(t *testing.T) {
 	ctx := mxContext(t)
 	rc := redistest.ClusterClient(t, c)
 	m := mxNew(t, rc, pubsub.WithLinger(2*time.Second))
-	var owner *redistest.Server
-	var live string
-	for srv, ch := range shardChannels(ctx, t, c, redistest.KeyPrefix(t)) {
-		owner, live = srv, ch
-		break
-	}
+	owner, live := oneShardChannel(ctx, t, c)
 	w := mxSubscribe(ctx, t, m, live)
 	defer w.Leave(true)
 	idle := live + ":idle"
@@ -279,4 +268,15 @@ func spublishUntil(ctx context.Context, t *testing.T, rc rueidis.Client, ch stri
 		}
 	})
 	return published, unheard, func() { close(done); wg.Wait() }
+}
+
+// oneShardChannel returns a channel of the test's and the master its slot
+// is on.
+func oneShardChannel(ctx context.Context, t *testing.T, c *redistest.Cluster) (*redistest.Server, string) {
+	t.Helper()
+	for srv, ch := range shardChannels(ctx, t, c, redistest.KeyPrefix(t)) {
+		return srv, ch
+	}
+	t.Fatal("no channel on any master")
+	return nil, ""
 }
