@@ -43,6 +43,9 @@ type Contender struct {
 	// ClusterOnly that the contender runs at the cluster points only, where it
 	// differs from another (rlock with classic pub/sub).
 	Cluster, ClusterOnly bool
+	// OnRequest: the contender runs only when -contenders names it (a
+	// variant of another, for a side-by-side comparison).
+	OnRequest bool
 }
 
 // OpenEnv is what Contender.Open gets.
@@ -122,6 +125,17 @@ func init() {
 		Keys:        rlockKeys,
 		Cluster:     true,
 		ClusterOnly: true,
+	})
+	register(Contender{
+		Slug:   "rlock-eval",
+		Name:   "rlock, scripts by EVALSHA",
+		Config: "rlock.Mutex with rlock.WithRedisFunctions(false): its scripts sent by EVALSHA, not called as Redis functions (on request only)",
+		Open: func(ctx context.Context, env OpenEnv) (LockClient, error) {
+			return openRlock(ctx, env, rlock.WithRedisFunctions(false))
+		},
+		Keys:      rlockKeys,
+		Cluster:   true,
+		OnRequest: true,
 	})
 	register(Contender{
 		Slug:   "semaphore",

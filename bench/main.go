@@ -529,7 +529,9 @@ func pickContenders(list string) ([]string, error) {
 	if list == "" {
 		var all []string
 		for _, c := range registry {
-			all = append(all, c.Slug)
+			if !c.OnRequest {
+				all = append(all, c.Slug)
+			}
 		}
 		return all, nil
 	}

@@ -550,7 +550,7 @@ func commandKind(args []string) string {
 		return "other"
 	}
 	switch strings.ToUpper(args[0]) {
-	case "EVALSHA", "EVAL":
+	case "EVALSHA", "EVAL", "FCALL":
 	default:
 		return "other"
 	}

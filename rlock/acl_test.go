@@ -42,6 +42,9 @@ const (
 	aclSentinelRule = "+role"
 	// aclReplicaAckRule is added for rlock.WithReplicaAck.
 	aclReplicaAckRule = "+wait"
+	// aclFunctionRules are added for the scripts to run as Redis functions
+	// (rlock.WithRedisFunctions).
+	aclFunctionRules = "+fcall +function|load"
 )
 
 // aclLease is the watchdog timeout of the Clients of the ACL tests: short,

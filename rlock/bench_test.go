@@ -112,9 +112,19 @@ func BenchmarkMutexLockUnlock(b *testing.B) {
 // before (a lock per entity, taken once). cpu-ns/op is this process's CPU
 // time per op (user + system, /proc/self/stat; not reported where that file
 // is missing): the client's work, background goroutines included, without
-// the round trips' idle wait that ns/op also holds. Redis is another process.
+// the round trips' idle wait that ns/op also holds. Redis is another process:
+// redis-cpu-ns/op is its CPU time per op (INFO cpu), on a private server.
+// rlock-eval is rlock with WithRedisFunctions(false), its scripts sent by
+// EVALSHA.
 func BenchmarkUncontendedVsSpin(b *testing.B) {
 	c, srv := benchClient(b)
+	// The same Mutex with its scripts sent by EVALSHA, on the same server.
+	byEval, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")),
+		rlock.WithRedisFunctions(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = byEval.Close() })
 	spin := measure.NewSpinLocker(redistest.Client(b, srv), "bench", 30*time.Second)
 	spinPrefix := redistest.KeyPrefix(b)
 	ctx := context.Background()
@@ -124,6 +134,14 @@ func BenchmarkUncontendedVsSpin(b *testing.B) {
 	}{
 		{"rlock", func(name string) error {
 			m := c.Mutex(name)
+			lockCtx, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return m.Unlock(lockCtx)
+		}},
+		{"rlock-eval", func(name string) error {
+			m := byEval.Mutex(name)
 			lockCtx, err := m.Lock(ctx)
 			if err != nil {
 				return err
@@ -164,6 +182,7 @@ func benchUncontended(b *testing.B, srv *redistest.Server, op func(i int) error)
 		b.Fatal(err)
 	}
 	cpu0, cpuOK := processCPU()
+	srvCPU0, srvErr := srv.CPU(context.Background())
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -175,6 +194,10 @@ func benchUncontended(b *testing.B, srv *redistest.Server, op func(i int) error)
 	b.StopTimer()
 	if cpu1, ok := processCPU(); ok && cpuOK {
 		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+	// The server's CPU per op (only this benchmark uses a private server).
+	if srvCPU1, err := srv.CPU(context.Background()); err == nil && srvErr == nil && srv.Owned() {
+		b.ReportMetric(float64(srvCPU1-srvCPU0)/float64(b.N), "redis-cpu-ns/op")
 	}
 	benchCommands(b, srv, before)
 }

@@ -164,6 +164,12 @@ func TestClusterShardedContention(t *testing.T) {
 			t.Errorf("%s: %d PUBLISH calls, want 0 in sharded mode", m, stats["publish"])
 		}
 		spublish += stats["spublish"]
+		// The Mutex's scripts ran as functions there: each master got the
+		// library when calls first found it missing (see WithRedisFunctions;
+		// calls that find it missing together each load it).
+		if stats["fcall"] == 0 || stats["function|load"] == 0 {
+			t.Errorf("%s: %d FCALLs and %d FUNCTION LOADs, want some of each", m, stats["fcall"], stats["function|load"])
+		}
 		if d := clusterInfoInt(ctx, t, c, m, "cluster_stats_messages_publish_sent") - busBefore[m]; d != 0 {
 			t.Errorf("%s: %d publish messages on the cluster bus, want 0", m, d)
 		}

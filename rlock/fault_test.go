@@ -83,7 +83,7 @@ func (e *ftEnv) scripts() int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return st["evalsha"] + st["eval"]
+	return redistest.ScriptCalls(st)
 }
 
 func (e *ftEnv) stat(cmd string) int64 {
@@ -824,7 +824,7 @@ func (f *ftFlakyClient) loseNextReleaseReply() { f.lose.Store(true) }
 func (f *ftFlakyClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	// Read the command before Do: rueidis may recycle it afterwards.
 	args := cmd.Commands()
-	release := len(args) > 4 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(args[4], ":latch:")
+	release := len(args) > 4 && redistest.IsScript(args) && strings.Contains(args[4], ":latch:")
 	r := f.Client.Do(ctx, cmd)
 	if release && r.Error() == nil { // not NOSCRIPT: the script ran
 		f.releases.Add(1)
@@ -899,7 +899,7 @@ type ftStallClient struct {
 
 func (f *ftStallClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	args := cmd.Commands()
-	acquire := len(args) > 5 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(args[5], ":gone:")
+	acquire := len(args) > 5 && redistest.IsScript(args) && strings.Contains(args[5], ":gone:")
 	r := f.Client.Do(ctx, cmd)
 	if acquire && r.Error() == nil && f.stalled.CompareAndSwap(false, true) {
 		close(f.ran)

@@ -88,7 +88,7 @@ func (d fnDedicated) SetPubSubHooks(h rueidis.PubSubHooks) <-chan error {
 
 func (c *fnClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	args := cmd.Commands()
-	script := len(args) > 2 && (args[0] == "EVALSHA" || args[0] == "EVAL")
+	script := len(args) > 2 && redistest.IsScript(args)
 	// acquire.lua: EVALSHA sha 7 KEYS[1..7] ARGV[1..13], KEYS[3] the
 	// tombstone; rw_acquire.lua: 9 KEYS, KEYS[8] the tombstone, 13 ARGV.
 	queues := script && len(args) == 23 && args[2] == "7" && strings.Contains(args[5], ":gone:") && args[13] == "1" ||

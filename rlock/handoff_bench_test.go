@@ -24,13 +24,22 @@ import (
 // receipt on another rueidis client's dedicated connection), publish-rtt (that
 // PUBLISH call), and script-server (the acquire and release scripts' own time
 // in Redis, from SLOWLOG). The sleeps make the idle pattern; they synchronise
-// nothing.
+// nothing. Sub-benchmarks: "functions", the defaults (the scripts called as
+// Redis functions), and "eval", WithRedisFunctions(false).
 func BenchmarkCrossClientHandOff(b *testing.B) {
+	for _, functions := range []bool{true, false} {
+		b.Run(map[bool]string{true: "functions", false: "eval"}[functions], func(b *testing.B) {
+			benchCrossClientHandOff(b, rlock.WithRedisFunctions(functions))
+		})
+	}
+}
+
+func benchCrossClientHandOff(b *testing.B, opt rlock.Option) {
 	srv := redistest.New(b)
 	ctx := context.Background()
 	prefix := strings.TrimSuffix(redistest.KeyPrefix(b), ":")
 	newClient := func() *rlock.Client {
-		c, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(prefix))
+		c, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(prefix), opt)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,7 +112,7 @@ func BenchmarkCrossClientHandOff(b *testing.B) {
 			continue
 		}
 		args, _ := f[3].AsStrSlice()
-		if us, err := f[2].AsInt64(); err == nil && len(args) > 0 && strings.EqualFold(args[0], "evalsha") {
+		if us, err := f[2].AsInt64(); err == nil && len(args) > 0 && redistest.IsScript(args) {
 			scripts = append(scripts, time.Duration(us)*time.Microsecond)
 		}
 	}

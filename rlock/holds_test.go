@@ -27,7 +27,7 @@ import (
 // ftScript names the Mutex script a command runs, from its keys (EVALSHA sha
 // numkeys key...), or "" for any other command.
 func ftScript(args []string) string {
-	if len(args) < 4 || (args[0] != "EVALSHA" && args[0] != "EVAL") {
+	if len(args) < 4 || !redistest.IsScript(args) {
 		return ""
 	}
 	keys := args[3:]

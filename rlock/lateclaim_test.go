@@ -40,7 +40,7 @@ func (c *lateRenewClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed
 	hold := false
 	for _, cmd := range cmds {
 		args := cmd.Commands()
-		if len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(strings.Join(args[3:], " "), c.key) {
+		if len(args) > 3 && redistest.IsScript(args) && strings.Contains(strings.Join(args[3:], " "), c.key) {
 			hold = true
 		}
 	}

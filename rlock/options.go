@@ -100,6 +100,7 @@ type config struct {
 	claimWindow     time.Duration // see WithClaimWindow
 	logger          *slog.Logger  // see WithLogger
 	observer        Observer      // see WithObserver
+	evalOnly        bool          // see WithRedisFunctions
 }
 
 func defaultConfig() config {
@@ -154,6 +155,7 @@ func (c *config) core() core.Config {
 		ClaimWindow:       c.claimWindow,
 		Logger:            c.logger,
 		Observer:          c.coreObserver(),
+		EvalOnly:          c.evalOnly,
 	}
 }
 
@@ -281,6 +283,25 @@ func WithNoExpiryPoll(d time.Duration) Option {
 // slog.SetDefault applies).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// WithRedisFunctions sets whether the Mutex's scripts (its Lock, Unlock,
+// ForceUnlock and clean-ups, and a QuorumMutex's votes) run as a Redis
+// function library. On (the default), the Client loads the library (FUNCTION
+// LOAD) the first time a server lacks it, and calls its scripts with FCALL:
+// Redis then makes the scripts' shared Lua once, not at every call, which cut
+// the Redis time of an uncontended Lock or Unlock by 18% where Redis was the
+// bottleneck (16 goroutines, docs/benchmarks.md). Where
+// functions cannot run (Redis before 7.0, a user who may not FCALL or
+// FUNCTION LOAD) the Client falls back to EVALSHA by itself, as it does with
+// this option off. The library is named relock_mutex_<hash of its code> and,
+// as every Redis function, is kept in the server's RDB and AOF files and
+// replicated: a new version of this module loads a library of its own, and
+// those of versions no longer run stay until deleted (FUNCTION DELETE, see
+// docs/operations.md). Off, the Client stores nothing in Redis but the locks'
+// keys and Redis's script cache.
+func WithRedisFunctions(on bool) Option {
+	return func(c *config) { c.evalOnly = !on }
 }
 
 // WithPubSub passes options to the Client's subscription multiplexer, for

@@ -42,7 +42,10 @@ const (
 // same script deletes a key that never exists (writing nothing): a server
 // that refuses it as a read-only replica (a rueidis client made with
 // ReplicaOnly, which sends every command to replicas) fails New with an error
-// matching ErrInvalidOption, as no lock could ever be taken through it.
+// matching ErrInvalidOption, as no lock could ever be taken through it. The
+// probe also asks whether the user may run FCALL and FUNCTION LOAD; when not,
+// which is no denial, the Client runs the Mutex's scripts by EVALSHA instead
+// of as Redis functions (see WithRedisFunctions), without trying.
 //
 // Only a definite denial fails New. When Redis is unreachable, slow (see
 // WithProbeTimeout), or cannot tell (Redis before 7 has no acl_check_cmd),
@@ -74,7 +77,7 @@ func (c *config) probeRights(cc *core.Client) error {
 	if err != nil {
 		return nil // Redis did not answer in time: the probe cannot tell
 	}
-	denied, refusal := core.Probe(ctx, cc.RC, c.keyPrefix, core.ProbeFor{Sharded: sharded, Wait: c.ackSet})
+	denied, refusal := core.Probe(ctx, cc, c.keyPrefix, core.ProbeFor{Sharded: sharded, Wait: c.ackSet})
 	switch {
 	case errors.Is(refusal, core.ErrReadOnlyReplica):
 		return fmt.Errorf("%w: %w", ErrInvalidOption, refusal)

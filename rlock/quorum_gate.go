@@ -147,7 +147,7 @@ func (qm *QuorumMutex) leaveGate(call *gateCall) {
 	key, id := qm.keys.gate(), call.id
 	c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
 		_ = core.RetryTransient(ctx, func() error {
-			err := lua.QuorumLeave.Exec(ctx, c.RC, []string{key}, []string{id}).Error()
+			err := lua.QuorumLeave.Exec(ctx, c.Scripts, []string{key}, []string{id}).Error()
 			c.NoteError(err)
 			return err
 		})

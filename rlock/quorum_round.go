@@ -288,7 +288,7 @@ func (qm *QuorumMutex) ask(ctx context.Context, c *core.Client, owner string, le
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := c.NewTicket()
-	vals, err := lua.QuorumAcquire.Exec(actx, c.RC, keys, args).ToArray()
+	vals, err := lua.QuorumAcquire.Exec(actx, c.Scripts, keys, args).ToArray()
 	if err != nil {
 		c.NoteError(err)
 		_, isRedis := rueidis.IsRedisErr(err)
@@ -389,7 +389,7 @@ func (qm *QuorumMutex) giveBack(c *core.Client, owner string, lease time.Duratio
 	ok := c.GoUntil(time.Now().Add(c.Cfg.UnlockTimeout), func(ctx context.Context) {
 		defer close(done)
 		_ = core.RetryTransient(ctx, func() error {
-			err := lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
+			err := lua.Abandon.Exec(ctx, c.Scripts, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
 				[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, quietMessage, tokenBlockArg, flag(tombstone), "-", k.grantPrefix,
 					ms(c.Cfg.ClaimWindow)}).Error()
 			c.NoteError(err)

@@ -95,7 +95,7 @@ func (e *qEnv) scripts(live ...int) int64 {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		n += st["evalsha"] + st["eval"]
+		n += redistest.ScriptCalls(st)
 	}
 	return n
 }

@@ -697,7 +697,7 @@ type rwAcquireRecorder struct {
 
 func (r *rwAcquireRecorder) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	args := cmd.Commands()
-	if len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") {
+	if len(args) > 3 && redistest.IsScript(args) {
 		if n, err := strconv.Atoi(args[2]); err == nil && len(args) >= 3+n+13 && strings.Contains(args[3], ":rw") {
 			argv := args[3+n:]
 			if argv[1] == "w" && argv[3] == "0" {

@@ -136,7 +136,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.Acquire.Exec(ctx, c.RC, keys, args).AsIntSlice()
+	vals, err := lua.Acquire.Exec(ctx, c.Scripts, keys, args).AsIntSlice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -198,7 +198,7 @@ func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner 
 	}
 	resent := flag(req.sent)
 	req.sent = true
-	vals, err := lua.Release.Exec(ctx, c.RC, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
+	vals, err := lua.Release.Exec(ctx, c.Scripts, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, message, latchLifetime(c), tokenBlockArg,
 			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}).AsIntSlice()
 	if err != nil {
@@ -220,13 +220,13 @@ func newRequest(c *core.Client) *request { return &request{id: c.NewID()} }
 // abandonScript runs abandon.lua for owner, queued (if at all) with lease and
 // secret.
 func abandonScript(ctx context.Context, c *core.Client, k keys, owner, secret string, lease time.Duration, tombstone bool) error {
-	return lua.Abandon.Exec(ctx, c.RC, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
+	return lua.Abandon.Exec(ctx, c.Scripts, []string{k.lock, k.tombstone(owner), k.queue, k.waiters, k.fence},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, flag(tombstone), secret, k.grantPrefix,
 			ms(c.Cfg.ClaimWindow)}).Error()
 }
 
 func forceUnlockScript(ctx context.Context, c *core.Client, k keys) (bool, error) {
-	n, err := lua.ForceUnlock.Exec(ctx, c.RC, []string{k.lock, k.queue, k.waiters, k.fence},
+	n, err := lua.ForceUnlock.Exec(ctx, c.Scripts, []string{k.lock, k.queue, k.waiters, k.fence},
 		[]string{publishCommand(ctx, c), k.channel, unlockMessage, tokenBlockArg, k.grantPrefix}).AsInt64()
 	return n == 1, err
 }

@@ -173,7 +173,7 @@ type deadlineOnceClient struct {
 
 func (d *deadlineOnceClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	args := cmd.Commands()
-	if len(args) > 5 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(args[5], ":gone:") {
+	if len(args) > 5 && redistest.IsScript(args) && strings.Contains(args[5], ":gone:") {
 		switch d.calls.Add(1) {
 		case 1:
 			return rueidis.NewErrorResult(context.DeadlineExceeded)

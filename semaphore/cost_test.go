@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relockio/relock/internal/redistest"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -45,26 +46,14 @@ func (c cost) least(round int, next cost) cost {
 	return next
 }
 
-// serverCPU returns used_cpu_user + used_cpu_sys of INFO cpu.
+// serverCPU is the CPU time the server has used (see redistest.Server.CPU).
 func (e *env) serverCPU() time.Duration {
 	e.t.Helper()
-	msg, err := e.srv.Do(e.ctx, "INFO", "cpu")
+	cpu, err := e.srv.CPU(e.ctx)
 	if err != nil {
 		e.t.Fatalf("INFO cpu: %v", err)
 	}
-	text, _ := msg.ToString()
-	var total float64
-	for line := range strings.Lines(text) {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				e.t.Fatalf("INFO cpu line %q: %v", line, err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return cpu
 }
 
 // commandUsec returns the usec field of INFO commandstats for cmd: the time
@@ -106,7 +95,7 @@ func (e *env) measure(n int64, fn func()) cost {
 	if err != nil {
 		e.t.Fatalf("CommandStats: %v", err)
 	}
-	scriptUsec := e.commandUsec("evalsha") + e.commandUsec("eval")
+	scriptUsec := e.commandUsec("evalsha") + e.commandUsec("eval") + e.commandUsec("fcall")
 	var all int64
 	for cmd, calls := range stats {
 		if cmd != "info" && cmd != "hello" && cmd != "config|resetstat" && !strings.HasPrefix(cmd, "client|") {
@@ -127,7 +116,7 @@ func (e *env) measure(n int64, fn func()) cost {
 	return cost{
 		acquisitions: n,
 		commands:     per(all),
-		scripts:      per(stats["evalsha"] + stats["eval"]),
+		scripts:      per(redistest.ScriptCalls(stats)),
 		publishes:    per(stats["publish"] + stats["spublish"]),
 		scriptTime:   time.Duration(scriptUsec) * time.Microsecond / time.Duration(n),
 		cpu:          cpu / time.Duration(n),

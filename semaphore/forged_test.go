@@ -134,7 +134,7 @@ func newStallClient(rc rueidis.Client) *stallClient {
 func (c *stallClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	args := cmd.Commands()
 	// EVALSHA sha 6 KEYS[1..6] ARGV[1..12]; KEYS[6] is the tombstone.
-	queues := len(args) == 21 && (args[0] == "EVALSHA" || args[0] == "EVAL") && args[2] == "6" &&
+	queues := len(args) == 21 && redistest.IsScript(args) && args[2] == "6" &&
 		strings.Contains(args[8], ":gone:") && args[15] == "1"
 	r := c.Client.Do(ctx, cmd)
 	if queues && c.armed.CompareAndSwap(true, false) {

@@ -300,7 +300,7 @@ func TestHandoffRunsNoWaiterScript(t *testing.T) {
 	mustRelease(t, holder, held)
 	r := receive(t, ch, prompt, "waiter")
 	after := e.commandStats()
-	scripts := func(s map[string]int64) int64 { return s["evalsha"] + s["eval"] }
+	scripts := func(s map[string]int64) int64 { return redistest.ScriptCalls(s) }
 	t.Logf("scripts: %d until the waiter was queued, %d from then until its Acquire returned (the release included)",
 		scripts(queued), scripts(after)-scripts(queued))
 	if n := scripts(queued); n != 1 {
@@ -367,7 +367,7 @@ func TestForgedGrantGrantsNothing(t *testing.T) {
 	// Woken, the waiter re-checks with Redis rather than trusting any of them.
 	waitFor(t, 5*time.Second, "the waiter to re-check", func() bool {
 		s := e.commandStats()
-		return s["evalsha"]+s["eval"] > 0
+		return redistest.ScriptCalls(s) > 0
 	})
 	stillBlocked(t, ch, 300*time.Millisecond, "waiter sent forged grants")
 	if h := e.hgetall(e.base(name) + ":counts"); len(h) != 1 || h[id] != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/lua"
 	"github.com/relockio/relock/internal/mux"
 	"github.com/relockio/relock/pubsub"
 )
@@ -41,14 +42,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told of lock events (rlock.WithObserver); nil: none.
 	Observer Observer
+	// EvalOnly: the scripts always run by EVALSHA, never as Redis functions
+	// (rlock.WithRedisFunctions(false); see internal/lua/functions.go).
+	EvalOnly bool
 }
 
 // Client is one owner identity and its shared machinery.
 type Client struct {
-	RC  rueidis.Client
-	ID  string
-	Cfg Config
-	Mux *mux.Multiplexer
+	RC rueidis.Client
+	// Scripts runs the lock scripts on RC (as Redis functions where it can).
+	Scripts *lua.Runner
+	ID      string
+	Cfg     Config
+	Mux     *mux.Multiplexer
 
 	seq atomic.Uint64
 	// lost counts connection errors seen: every one of them may hide a
@@ -104,6 +110,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		bgCancel:  bgCancel,
 		Obs:       cfg.Observer,
 	}
+	c.Scripts = lua.NewRunner(c.RC, !cfg.EvalOnly)
 	for i := range c.turns {
 		c.turns[i] = newTurns(c, cfg.Linger)
 	}

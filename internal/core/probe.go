@@ -33,11 +33,14 @@ var ErrReadOnlyReplica = errors.New("the rueidis client sends commands to a read
 // run on keys and channels under prefix, with the options for names. It
 // returns the denied commands (upper case), or, when the probe itself is
 // refused (NOPERM: EVALSHA, EVAL or the probe's keys denied), the refusal, or
-// ErrReadOnlyReplica.
+// ErrReadOnlyReplica. When the user may not run the scripts as Redis
+// functions (FCALL or FUNCTION LOAD denied), which is no denial, it tells
+// rc's Runner to run them by EVALSHA from now on (see lua.Runner).
 // Any other failure (Redis unreachable, a timeout, a server without ACLs or
 // without redis.acl_check_cmd, before Redis 7) yields neither: the probe
 // cannot tell, and the locks will report what goes wrong when they are used.
-func Probe(ctx context.Context, rc rueidis.Client, prefix string, f ProbeFor) (denied []string, refusal error) {
+func Probe(ctx context.Context, c *Client, prefix string, f ProbeFor) (denied []string, refusal error) {
+	rc := c.RC
 	base := Base(prefix, ProbeName)
 	keys := []string{base, base + ":sem"}
 	pubsub := "classic"
@@ -50,6 +53,10 @@ func Probe(ctx context.Context, rc rueidis.Client, prefix string, f ProbeFor) (d
 		return nil, ErrReadOnlyReplica
 	}
 	if err == nil {
+		if n := len(names); n > 0 && names[n-1] == "-functions" {
+			c.Scripts.EvalOnly()
+			names = names[:n-1]
+		}
 		return names, nil
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(re.Error(), "NOPERM") {

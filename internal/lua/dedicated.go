@@ -39,7 +39,7 @@ func (p *Pinned) Exec(ctx context.Context, dc rueidis.DedicatedClient, keys, arg
 // RWAcquireOn, SemAcquireOn and QuorumAcquireOn are RWAcquire, SemAcquire and
 // QuorumAcquire, to be run with Pinned.Exec (WithReplicaAck).
 var (
-	RWAcquireOn     = newPinned(rwLibSrc + rwAcquireSrc)
-	SemAcquireOn    = newPinned(semLibSrc + semAcquireSrc)
-	QuorumAcquireOn = newPinned(publishLibSrc + quorumAcquireSrc)
+	RWAcquireOn     = newPinned(script(rwLibSrc, rwAcquireSrc))
+	SemAcquireOn    = newPinned(script(semLibSrc, semAcquireSrc))
+	QuorumAcquireOn = newPinned(script(publishLibSrc, quorumAcquireSrc))
 )

@@ -76,6 +76,12 @@ var (
 	semLibSrc   = queueLibSrc + semLibOnly
 )
 
+// script is the source of a script as EVAL runs it: the libraries it uses,
+// then its body, which begins its call (script_begin, publish_lib.lua).
+func script(libs, body string) string { return libs + scriptBegin + body }
+
+const scriptBegin = "script_begin()\n"
+
 // contendedMark is a line of a script below which only its contended paths
 // run: the libraries that only those paths use are put there, so that a call
 // that returns above it (an uncontended Lock or Unlock) never makes their
@@ -98,41 +104,50 @@ func withContended(body, fast, slow string) string {
 // above their contendedMark: those use publish_lib.lua and fence_lib.lua
 // only.
 var (
-	acquireScriptSrc = withContended(acquireSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
-	releaseScriptSrc = withContended(releaseSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
+	acquireScriptSrc = withContended(scriptBegin+acquireSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
+	releaseScriptSrc = withContended(scriptBegin+releaseSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
 )
 
 // Scripts of the reentrant Mutex. Those that touch its waiter queue share the
-// helpers of mutex_lib.lua.
+// helpers of mutex_lib.lua. All but Renew (sent in batches, see Pipelined)
+// are functions of one library (see functions.go).
 var (
-	Acquire     = rueidis.NewLuaScript(acquireScriptSrc)
-	Release     = rueidis.NewLuaScript(releaseScriptSrc)
-	Renew       = newPipelined(publishLibSrc + renewSrc)
-	ForceUnlock = rueidis.NewLuaScript(mutexLibSrc + forceUnlockSrc)
-	Abandon     = rueidis.NewLuaScript(mutexLibSrc + abandonSrc)
-	// QuorumAcquire is one master's vote for a quorum lock (rlock.Quorum);
-	// the Mutex's Release, Renew and Abandon serve its holds.
-	QuorumAcquire = rueidis.NewLuaScript(publishLibSrc + quorumAcquireSrc)
-	// QuorumLeave gives up a quorum Lock call's place at the gate.
-	QuorumLeave = rueidis.NewLuaScript(publishLibSrc + quorumLeaveSrc)
+	Acquire, Release, ForceUnlock, Abandon, QuorumAcquire, QuorumLeave = mutexScripts()
+
+	Renew = newPipelined(script(publishLibSrc, renewSrc))
 )
+
+// mutexScripts makes the Mutex's function library. QuorumAcquire is one
+// master's vote for a quorum lock (rlock.Quorum), whose holds the Mutex's
+// Release, Renew and Abandon serve; QuorumLeave gives up a quorum Lock
+// call's place at the gate.
+func mutexScripts() (acquire, release, forceUnlock, abandon, quorumAcquire, quorumLeave *Script) {
+	s := newLibrary("mutex", mutexLibSrc,
+		scriptBody{"acquire", acquireSrc, acquireScriptSrc},
+		scriptBody{"release", releaseSrc, releaseScriptSrc},
+		scriptBody{"forceunlock", forceUnlockSrc, script(mutexLibSrc, forceUnlockSrc)},
+		scriptBody{"abandon", abandonSrc, script(mutexLibSrc, abandonSrc)},
+		scriptBody{"quorum_acquire", quorumAcquireSrc, script(publishLibSrc, quorumAcquireSrc)},
+		scriptBody{"quorum_leave", quorumLeaveSrc, script(publishLibSrc, quorumLeaveSrc)})
+	return s[0], s[1], s[2], s[3], s[4], s[5]
+}
 
 // Scripts of the RWMutex. All but RWRenew share the helpers of rw_lib.lua.
 // Write holds are renewed by Renew (the writer hash is a Mutex-shaped hash).
 var (
-	RWAcquire = rueidis.NewLuaScript(rwLibSrc + rwAcquireSrc)
-	RWRelease = rueidis.NewLuaScript(rwLibSrc + rwReleaseSrc)
-	RWAbandon = rueidis.NewLuaScript(rwLibSrc + rwAbandonSrc)
-	RWRenew   = newPipelined(fenceLibSrc + rwRenewSrc)
+	RWAcquire = rueidis.NewLuaScript(script(rwLibSrc, rwAcquireSrc))
+	RWRelease = rueidis.NewLuaScript(script(rwLibSrc, rwReleaseSrc))
+	RWAbandon = rueidis.NewLuaScript(script(rwLibSrc, rwAbandonSrc))
+	RWRenew   = newPipelined(script(fenceLibSrc, rwRenewSrc))
 )
 
 // Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua.
 var (
-	SemAcquire = rueidis.NewLuaScript(semLibSrc + semAcquireSrc)
-	SemRelease = rueidis.NewLuaScript(semLibSrc + semReleaseSrc)
-	SemAbandon = rueidis.NewLuaScript(semLibSrc + semAbandonSrc)
-	SemLimit   = rueidis.NewLuaScript(semLibSrc + semLimitSrc)
-	SemRenew   = newPipelined(publishLibSrc + semRenewSrc)
+	SemAcquire = rueidis.NewLuaScript(script(semLibSrc, semAcquireSrc))
+	SemRelease = rueidis.NewLuaScript(script(semLibSrc, semReleaseSrc))
+	SemAbandon = rueidis.NewLuaScript(script(semLibSrc, semAbandonSrc))
+	SemLimit   = rueidis.NewLuaScript(script(semLibSrc, semLimitSrc))
+	SemRenew   = newPipelined(script(publishLibSrc, semRenewSrc))
 )
 
 //go:embed probe.lua
@@ -151,9 +166,9 @@ var (
 // round trip each, for the Inspect methods. They read the queue with
 // queue_inspect_lib.lua (and change nothing).
 var (
-	Inspect    = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + inspectSrc)
-	RWInspect  = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + rwInspectSrc)
-	SemInspect = rueidis.NewLuaScript(queueLibSrc + queueInspectLibOnly + semInspectSrc)
+	Inspect    = rueidis.NewLuaScript(script(queueLibSrc+queueInspectLibOnly, inspectSrc))
+	RWInspect  = rueidis.NewLuaScript(script(queueLibSrc+queueInspectLibOnly, rwInspectSrc))
+	SemInspect = rueidis.NewLuaScript(script(queueLibSrc+queueInspectLibOnly, semInspectSrc))
 )
 
 // Probe checks that the current ACL user may run every command the scripts and

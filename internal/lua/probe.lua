@@ -15,6 +15,9 @@
 -- command is allowed, or when the server cannot tell (no acl_check_cmd); or
 -- {'-replica'} when the server refuses writes as a read-only replica (a
 -- client that sends every command to replicas: nothing could be locked).
+-- The names end with '-functions' when the user may not run the scripts as
+-- Redis functions (FCALL, FUNCTION LOAD), which the Client then does not
+-- try: it runs them by EVALSHA (see functions.go); not a denial.
 local w = redis.pcall('DEL', KEYS[1] .. ':probe')
 if type(w) == 'table' and w.err and string.sub(w.err, 1, 8) == 'READONLY' then
   return {'-replica'}
@@ -81,4 +84,9 @@ if ARGV[2] == '1' then
 end
 each(keyed, 'K', KEYS)
 each(channeled, 'C', channels)
+local fcall_ok, fcall = pcall(redis.acl_check_cmd, 'FCALL', 'f', '1', KEYS[1])
+local load_ok, load = pcall(redis.acl_check_cmd, 'FUNCTION', 'LOAD', 'code')
+if not (fcall_ok and fcall and load_ok and load) then
+  denied[#denied + 1] = '-functions'
+end
 return denied

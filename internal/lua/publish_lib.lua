@@ -46,8 +46,9 @@ end
 -- (redis.acl_check_cmd: no command is run), so that a refusal changes
 -- nothing instead of leaving a lock held by a caller told it failed, or a key
 -- without its expiry: Redis checks each command a script runs, and stops the
--- script at the refused one. Redis < 7 cannot tell: no check there.
-local lock_acl = redis.acl_check_cmd
+-- script at the refused one. Redis < 7 cannot tell: no check there. Set by
+-- script_begin, as a function library cannot read it until a call.
+local lock_acl, lock_begun
 local lock_refused_cmd, lock_refused_key = nil, nil
 
 -- Whether the user may run cmd on key (nil for none) with the arguments
@@ -55,7 +56,9 @@ local lock_refused_cmd, lock_refused_key = nil, nil
 -- lock_refusal.
 local function lock_may(cmd, key, ...)
   local ok
-  if not lock_acl then
+  if not lock_begun then
+    error('relock: a lock script did not call script_begin')
+  elseif not lock_acl then
     ok = true
   elseif key == nil then
     ok = lock_acl(cmd)
@@ -99,6 +102,16 @@ local function now_ms()
     clock_ms = math.floor(clock_us / 1000)
   end
   return clock_ms
+end
+
+-- script_begin starts every call of a script (lua.go puts it first). Run as
+-- a Redis function (see functions.go), the library, and with it the state
+-- above, outlives the call: what one call found (the clock, a refusal) must
+-- not reach the next.
+local function script_begin()
+  lock_acl, lock_begun = redis.acl_check_cmd, true
+  lock_refused_cmd, lock_refused_key = nil, nil
+  clock_ms, clock_us = nil, nil
 end
 
 -- A Mutex-shaped lock hash (a Mutex's, an RWMutex's writer hash) maps its

@@ -38,7 +38,7 @@ func (g *Gate) Open() { g.opened.Do(func() { close(g.open) }) }
 func (g *Gate) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
 	for _, cmd := range cmds {
 		args := cmd.Commands()
-		if len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") && strings.Contains(strings.Join(args[3:], " "), g.key) {
+		if len(args) > 3 && IsScript(args) && strings.Contains(strings.Join(args[3:], " "), g.key) {
 			g.once.Do(func() { close(g.reached) })
 			select {
 			case <-g.open:

@@ -54,6 +54,32 @@ func (s *Server) CommandStats(ctx context.Context) (map[string]int64, error) {
 	return parseCommandStats(text)
 }
 
+// CPU returns the CPU time the server has used, used_cpu_user plus
+// used_cpu_sys of INFO cpu (microsecond resolution). On a shared
+// ($REDIS_ADDR) server it counts every client's work.
+func (s *Server) CPU(ctx context.Context) (time.Duration, error) {
+	msg, err := s.Do(ctx, "INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	text, err := msg.ToString()
+	if err != nil {
+		return 0, fmt.Errorf("redistest: INFO cpu: %w", err)
+	}
+	var total float64
+	for line := range strings.Lines(text) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redistest: INFO cpu line %q: %w", line, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // CommandsPer runs op n times and returns the commands Redis ran per run,
 // those run inside scripts included, with the connection set-up of clients
 // and INFO left out ("hello", "ping", "client|...", "info"), and the counts
@@ -159,4 +185,24 @@ func (s *Server) KillClients(ctx context.Context, typ string) (int64, error) {
 		return 0, fmt.Errorf("redistest: CLIENT KILL TYPE %s: %w", typ, err)
 	}
 	return n, nil
+}
+
+// IsScript reports whether args, a command as sent, calls a Lua script: the
+// module sends its scripts as EVALSHA sha, EVAL source or FCALL function,
+// each followed by numkeys, the keys and the arguments.
+func IsScript(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch strings.ToUpper(args[0]) {
+	case "EVALSHA", "EVAL", "FCALL":
+		return true
+	}
+	return false
+}
+
+// ScriptCalls is how many script calls stats (see CommandStats) counts, by
+// EVALSHA, EVAL and FCALL.
+func ScriptCalls(stats map[string]int64) int64 {
+	return stats["evalsha"] + stats["eval"] + stats["fcall"]
 }

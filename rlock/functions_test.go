@@ -1,0 +1,87 @@
+package rlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/redistest"
+	"github.com/relockio/relock/rlock"
+)
+
+// By default a Mutex's Lock and Unlock run as functions of the library the
+// first call loaded; WithRedisFunctions(false) runs them by EVALSHA and
+// loads nothing.
+func TestMutexScriptsRunAsFunctions(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(map[bool]string{true: "on", false: "off"}[on], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := redistest.Owned(t)
+			if _, err := srv.Do(ctx, "FUNCTION", "LIST"); err != nil {
+				t.Skipf("no Redis functions on this server: %v", err)
+			}
+			c, err := rlock.New(redistest.Client(t, srv), rlock.WithRedisFunctions(on))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			m := c.Mutex("fn")
+			for range 3 {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Unlock(l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := srv.CommandStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			libs, err := srv.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "relock_*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := libs.ToArray()
+			// On: the first FCALL finds no library, loads it, and calls again.
+			if on && (st["fcall"] != 7 || st["function|load"] != 1 || len(n) != 1) {
+				t.Fatalf("on: %d FCALLs, %d FUNCTION LOADs, %d relock libraries; want 7, 1, 1", st["fcall"], st["function|load"], len(n))
+			}
+			if !on && (st["fcall"] != 0 || st["function|load"] != 0 || len(n) != 0 || st["evalsha"] < 6) {
+				t.Fatalf("off: %d FCALLs, %d FUNCTION LOADs, %d relock libraries, %d EVALSHAs; want 0, 0, 0, 6",
+					st["fcall"], st["function|load"], len(n), st["evalsha"])
+			}
+		})
+	}
+}
+
+// The README's least-privilege rules do not grant functions: the probe of
+// New finds that out and the scripts run by EVALSHA with no refusal logged
+// (TestACLStandalone). With FCALL and FUNCTION LOAD added they run as
+// functions, with nothing else denied.
+func TestACLWithFunctions(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := redistest.Owned(t)
+	if _, err := srv.Do(ctx, "FUNCTION", "LIST"); err != nil {
+		t.Skipf("no Redis functions on this server: %v", err)
+	}
+	setACLUser(t, ctx, srv, aclRules, strings.Fields(aclFunctionRules)...)
+	newRC := func() rueidis.Client { return redistest.Client(t, srv, userOption) }
+	a, b := aclClients(t, newRC)
+	aclWorkload(t, ctx, redistest.Client(t, srv), a, b)
+	checkNoDenials(t, ctx, srv, "command cluster|slots", "command client|setinfo")
+	st, err := srv.CommandStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["fcall"] == 0 || st["function|load"] != 1 {
+		t.Fatalf("%d FCALLs, %d FUNCTION LOADs under the ACL user with %q; want some and 1", st["fcall"], st["function|load"], aclFunctionRules)
+	}
+}
