@@ -285,21 +285,23 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// WithRedisFunctions sets whether the Mutex's scripts (its Lock, Unlock,
-// ForceUnlock and clean-ups, and a QuorumMutex's votes) run as a Redis
-// function library. On (the default), the Client loads the library (FUNCTION
-// LOAD) the first time a server lacks it, and calls its scripts with FCALL:
+// WithRedisFunctions sets whether the lock scripts (the acquisitions,
+// releases and clean-ups of Mutexes, RWMutexes and semaphores, and a
+// QuorumMutex's votes) run as Redis function libraries, one per lock kind.
+// On (the default), the Client loads a library (FUNCTION LOAD) the first time
+// a call finds it missing on a server, and calls its scripts with FCALL:
 // Redis then makes the scripts' shared Lua once, not at every call, which cut
 // the Redis time of an uncontended Lock or Unlock by 18% where Redis was the
 // bottleneck (16 goroutines, docs/benchmarks.md). Where
 // functions cannot run (Redis before 7.0, a user who may not FCALL or
 // FUNCTION LOAD) the Client falls back to EVALSHA by itself, as it does with
-// this option off. The library is named relock_mutex_<hash of its code> and,
-// as every Redis function, is kept in the server's RDB and AOF files and
-// replicated: a new version of this module loads a library of its own, and
-// those of versions no longer run stay until deleted (FUNCTION DELETE, see
-// docs/operations.md). Off, the Client stores nothing in Redis but the locks'
-// keys and Redis's script cache.
+// this option off. The libraries are named relock_<kind>_<hash of its code>
+// and, as every Redis function, are kept in the server's RDB and AOF files
+// and replicated: a new version of this module loads libraries of its own,
+// and those of versions no longer run stay until deleted (FUNCTION DELETE,
+// see docs/operations.md). Renewals, sent in batches, and the read-only
+// Inspect scripts always run by EVALSHA. Off, the Client stores nothing in
+// Redis but the locks' keys and Redis's script cache.
 func WithRedisFunctions(on bool) Option {
 	return func(c *config) { c.evalOnly = !on }
 }

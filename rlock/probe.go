@@ -44,8 +44,8 @@ const (
 // ReplicaOnly, which sends every command to replicas) fails New with an error
 // matching ErrInvalidOption, as no lock could ever be taken through it. The
 // probe also asks whether the user may run FCALL and FUNCTION LOAD; when not,
-// which is no denial, the Client runs the Mutex's scripts by EVALSHA instead
-// of as Redis functions (see WithRedisFunctions), without trying.
+// which is no denial, the Client runs the lock scripts by EVALSHA instead of
+// as Redis functions (see WithRedisFunctions), without trying.
 //
 // Only a definite denial fails New. When Redis is unreachable, slow (see
 // WithProbeTimeout), or cannot tell (Redis before 7 has no acl_check_cmd),

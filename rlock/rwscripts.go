@@ -134,7 +134,7 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.RWAcquire.Exec(ctx, c.RC, keys, args).AsIntSlice()
+	vals, err := lua.RWAcquire.Exec(ctx, c.Scripts, keys, args).AsIntSlice()
 	if err != nil {
 		return rwAcquireReply{}, err
 	}
@@ -154,7 +154,7 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 	}
 	resent := flag(req.sent)
 	req.sent = true
-	vals, err := lua.RWRelease.Exec(ctx, c.RC, k.with(k.latch(req.id), k.tombstone(owner)),
+	vals, err := lua.RWRelease.Exec(ctx, c.Scripts, k.with(k.latch(req.id), k.tombstone(owner)),
 		[]string{owner, modeArg(write), ms(lease), publishCommand(ctx, c), k.readCh, k.grantPrefix, latchLifetime(c), tombstone,
 			resent}).AsIntSlice()
 	if err != nil {
@@ -169,7 +169,7 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 // rwAbandonScript runs rw_abandon.lua for owner, queued (if at all) with
 // lease and secret ("-" for a hold that never queued under its owner field).
 func rwAbandonScript(ctx context.Context, c *core.Client, k rwKeys, owner, secret string, write bool, lease time.Duration, tombstone bool) error {
-	return lua.RWAbandon.Exec(ctx, c.RC, k.with(k.tombstone(owner)),
+	return lua.RWAbandon.Exec(ctx, c.Scripts, k.with(k.tombstone(owner)),
 		[]string{owner, modeArg(write), ms(lease), flag(tombstone), publishCommand(ctx, c), k.readCh, k.grantPrefix,
 			ms(c.Cfg.ClaimWindow), secret}).Error()
 }

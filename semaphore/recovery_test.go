@@ -338,7 +338,7 @@ func TestFailedReleaseGivesUp(t *testing.T) {
 	observer := semaphore.New(e.client(), name, semaphore.WithLimit(1))
 	p := mustAcquire(t, s, e.ctx, 1)
 
-	acl("-evalsha", "-eval")
+	acl("-evalsha", "-eval", "-fcall")
 	err := s.Release(p)
 	acl("+@all")
 	var ae *semaphore.AbandonError

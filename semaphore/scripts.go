@@ -30,7 +30,7 @@ type limitReply struct {
 }
 
 func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (limitReply, error) {
-	vals, err := lua.SemLimit.Exec(ctx, s.c.RC, s.keys.common(),
+	vals, err := lua.SemLimit.Exec(ctx, s.c.Scripts, s.keys.common(),
 		[]string{mode, strconv.FormatInt(limit, 10), publishCommand(ctx, s.c), s.keys.grantPrefix, s.limit}).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
@@ -99,7 +99,7 @@ func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireRe
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.SemAcquire.Exec(ctx, s.c.RC, keys, args).AsIntSlice()
+	vals, err := lua.SemAcquire.Exec(ctx, s.c.Scripts, keys, args).AsIntSlice()
 	s.c.NoteError(err)
 	if err != nil {
 		return acquireReply{}, err
@@ -160,7 +160,7 @@ func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, ret
 	if next != nil {
 		entry, reserved = s.entry(next.Owner, "1", s.c.Cfg.WatchdogTimeout, next.Secret), next.Reserved
 	}
-	vals, err := lua.SemRelease.Exec(ctx, s.c.RC, s.keys.with(s.keys.latch(requestID)),
+	vals, err := lua.SemRelease.Exec(ctx, s.c.Scripts, s.keys.with(s.keys.latch(requestID)),
 		[]string{id, publishCommand(ctx, s.c), s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry),
 			entry, ms(recheckCap(s.c)), flag(reserved), ms(lease)}).AsIntSlice()
 	s.c.NoteError(err)
@@ -188,7 +188,7 @@ func parseReleaseReply(vals []int64) (releaseReply, error) {
 // abandonScript takes id out of the queue (entry: its queue entry, or "" when
 // it cannot be queued) and gives back whatever it holds; it is idempotent.
 func (s *Semaphore) abandonScript(ctx context.Context, id, entry string) error {
-	err := lua.SemAbandon.Exec(ctx, s.c.RC, s.keys.with(s.keys.tombstone(id)),
+	err := lua.SemAbandon.Exec(ctx, s.c.Scripts, s.keys.with(s.keys.tombstone(id)),
 		[]string{id, entry, ms(s.c.Cfg.WatchdogTimeout), publishCommand(ctx, s.c), s.keys.grantPrefix}).Error()
 	s.c.NoteError(err)
 	return err

@@ -52,12 +52,14 @@ type scriptBody struct {
 // newLibrary makes a Script of each body, all of them functions of one
 // library whose code is libs (the shared Lua libraries, which must touch
 // nothing of Redis until called) and a function per body that begins its
-// call (script_begin, publish_lib.lua) and runs the body.
+// call (script_begin, publish_lib.lua) and runs the body. KEYS and ARGV,
+// the globals of a script run by EVAL, are the library's upvalues, set by
+// each call: the libraries and bodies read them as they are.
 func newLibrary(kind, libs string, bodies ...scriptBody) []*Script {
 	var code strings.Builder
-	code.WriteString(libs)
+	code.WriteString("local KEYS, ARGV\n" + libs)
 	for _, b := range bodies {
-		code.WriteString("\nlocal function " + kind + "_" + b.name + "(KEYS, ARGV)\nscript_begin()\n" + b.body + "\nend\n")
+		code.WriteString("\nlocal function " + kind + "_" + b.name + "(keys, args)\nKEYS, ARGV = keys, args\n" + scriptBegin + b.body + "\nend\n")
 	}
 	sum := sha1.Sum([]byte(code.String()))
 	lib := &library{name: "relock_" + kind + "_" + hex.EncodeToString(sum[:6])}

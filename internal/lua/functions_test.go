@@ -31,7 +31,8 @@ func functionsServer(t *testing.T) (*redistest.Server, context.Context) {
 func TestLibrariesLoad(t *testing.T) {
 	srv, ctx := functionsServer(t)
 	seen := map[*library]bool{}
-	for _, s := range []*Script{Acquire, Release, ForceUnlock, Abandon, QuorumAcquire, QuorumLeave} {
+	for _, s := range []*Script{Acquire, Release, ForceUnlock, Abandon, QuorumAcquire, QuorumLeave,
+		RWAcquire, RWRelease, RWAbandon, SemAcquire, SemRelease, SemAbandon, SemLimit} {
 		if s.lib == nil || seen[s.lib] {
 			continue
 		}

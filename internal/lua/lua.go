@@ -132,23 +132,39 @@ func mutexScripts() (acquire, release, forceUnlock, abandon, quorumAcquire, quor
 	return s[0], s[1], s[2], s[3], s[4], s[5]
 }
 
-// Scripts of the RWMutex. All but RWRenew share the helpers of rw_lib.lua.
-// Write holds are renewed by Renew (the writer hash is a Mutex-shaped hash).
+// Scripts of the RWMutex. All but RWRenew share the helpers of rw_lib.lua,
+// as functions of one library. Write holds are renewed by Renew (the writer
+// hash is a Mutex-shaped hash).
 var (
-	RWAcquire = rueidis.NewLuaScript(script(rwLibSrc, rwAcquireSrc))
-	RWRelease = rueidis.NewLuaScript(script(rwLibSrc, rwReleaseSrc))
-	RWAbandon = rueidis.NewLuaScript(script(rwLibSrc, rwAbandonSrc))
-	RWRenew   = newPipelined(script(fenceLibSrc, rwRenewSrc))
+	RWAcquire, RWRelease, RWAbandon = rwScripts()
+
+	RWRenew = newPipelined(script(fenceLibSrc, rwRenewSrc))
 )
 
-// Scripts of the semaphore. All but SemRenew share the helpers of sem_lib.lua.
+func rwScripts() (acquire, release, abandon *Script) {
+	s := newLibrary("rw", rwLibSrc,
+		scriptBody{"acquire", rwAcquireSrc, script(rwLibSrc, rwAcquireSrc)},
+		scriptBody{"release", rwReleaseSrc, script(rwLibSrc, rwReleaseSrc)},
+		scriptBody{"abandon", rwAbandonSrc, script(rwLibSrc, rwAbandonSrc)})
+	return s[0], s[1], s[2]
+}
+
+// Scripts of the semaphore. All but SemRenew share the helpers of
+// sem_lib.lua, as functions of one library.
 var (
-	SemAcquire = rueidis.NewLuaScript(script(semLibSrc, semAcquireSrc))
-	SemRelease = rueidis.NewLuaScript(script(semLibSrc, semReleaseSrc))
-	SemAbandon = rueidis.NewLuaScript(script(semLibSrc, semAbandonSrc))
-	SemLimit   = rueidis.NewLuaScript(script(semLibSrc, semLimitSrc))
-	SemRenew   = newPipelined(script(publishLibSrc, semRenewSrc))
+	SemAcquire, SemRelease, SemAbandon, SemLimit = semScripts()
+
+	SemRenew = newPipelined(script(publishLibSrc, semRenewSrc))
 )
+
+func semScripts() (acquire, release, abandon, limit *Script) {
+	s := newLibrary("sem", semLibSrc,
+		scriptBody{"acquire", semAcquireSrc, script(semLibSrc, semAcquireSrc)},
+		scriptBody{"release", semReleaseSrc, script(semLibSrc, semReleaseSrc)},
+		scriptBody{"abandon", semAbandonSrc, script(semLibSrc, semAbandonSrc)},
+		scriptBody{"limit", semLimitSrc, script(semLibSrc, semLimitSrc)})
+	return s[0], s[1], s[2], s[3]
+}
 
 //go:embed probe.lua
 var probeSrc string

@@ -107,11 +107,16 @@ end
 -- script_begin starts every call of a script (lua.go puts it first). Run as
 -- a Redis function (see functions.go), the library, and with it the state
 -- above, outlives the call: what one call found (the clock, a refusal) must
--- not reach the next.
+-- not reach the next. A library with state of its own adds a function to
+-- script_begins that sets it up for the call.
+local script_begins = {}
 local function script_begin()
   lock_acl, lock_begun = redis.acl_check_cmd, true
   lock_refused_cmd, lock_refused_key = nil, nil
   clock_ms, clock_us = nil, nil
+  for i = 1, #script_begins do
+    script_begins[i]()
+  end
 end
 
 -- A Mutex-shaped lock hash (a Mutex's, an RWMutex's writer hash) maps its

@@ -47,7 +47,11 @@
 -- is spelt so.
 local RW_READ_TAG = 'r'
 
-local rwq = {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
+-- The RWMutex's queue (see queue_lib.lua), set at the start of each call.
+local rwq
+script_begins[#script_begins + 1] = function()
+  rwq = {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
+end
 
 -- Whether, by c, this user may run what the RWMutex scripts may run on
 -- KEYS[1..7]: with the script's own further keys, its check before its first

@@ -63,7 +63,8 @@ local SEM_SHRINK_MS = 60000
 -- one watchdog timeout (3s when that is longer) of its last check.
 queue_grace_num, queue_grace_den = 2, 3
 
-local semq = {queue = KEYS[4], waiters = KEYS[5]}
+-- The semaphore's queue (see queue_lib.lua), set at the start of each call.
+local semq
 
 -- Whether, by c, this user may run what the semaphore scripts may run on
 -- KEYS[1..5]: with the script's own further key, its check before its first
@@ -81,6 +82,9 @@ end
 -- The state hash as read by sem_load, changed in place by the helpers and
 -- written back by sem_save.
 local st
+script_begins[#script_begins + 1] = function()
+  semq, st = {queue = KEYS[4], waiters = KEYS[5]}, nil
+end
 
 local function sem_load()
   local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q')
