@@ -127,11 +127,11 @@ func init() {
 		ClusterOnly: true,
 	})
 	register(Contender{
-		Slug:   "rlock-eval",
-		Name:   "rlock, scripts by EVALSHA",
-		Config: "rlock.Mutex with rlock.WithRedisFunctions(false): its scripts sent by EVALSHA, not called as Redis functions (on request only)",
+		Slug:   "rlock-functions",
+		Name:   "rlock, Redis functions",
+		Config: "rlock.Mutex with rlock.WithRedisFunctions(true): its scripts called as Redis functions, not sent by EVALSHA (on request only)",
 		Open: func(ctx context.Context, env OpenEnv) (LockClient, error) {
-			return openRlock(ctx, env, rlock.WithRedisFunctions(false))
+			return openRlock(ctx, env, rlock.WithRedisFunctions(true))
 		},
 		Keys:      rlockKeys,
 		Cluster:   true,

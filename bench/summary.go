@@ -8,7 +8,7 @@ import (
 )
 
 // The comparisons printed after the tables. A peer is any contender but
-// relock's own (rlock, the semaphore, rlock-classic, rlock-eval); a peer that failed at a point
+// relock's own (rlock, the semaphore, rlock-classic, rlock-functions); a peer that failed at a point
 // (stuck waiters, errors, broken exclusion) or acquired nothing is left out
 // there.
 
@@ -23,7 +23,7 @@ const (
 )
 
 func isOwn(slug string) bool {
-	return slug == "rlock" || slug == "semaphore" || slug == "rlock-classic" || slug == "rlock-eval"
+	return slug == "rlock" || slug == "semaphore" || slug == "rlock-classic" || slug == "rlock-functions"
 }
 
 // pointView is a point's medians sorted out for the comparisons.

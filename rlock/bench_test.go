@@ -114,17 +114,18 @@ func BenchmarkMutexLockUnlock(b *testing.B) {
 // is missing): the client's work, background goroutines included, without
 // the round trips' idle wait that ns/op also holds. Redis is another process:
 // redis-cpu-ns/op is its CPU time per op (INFO cpu), on a private server.
-// rlock-eval is rlock with WithRedisFunctions(false), its scripts sent by
-// EVALSHA.
+// rlock-functions is rlock WithRedisFunctions(true), its scripts called as
+// Redis functions.
 func BenchmarkUncontendedVsSpin(b *testing.B) {
 	c, srv := benchClient(b)
-	// The same Mutex with its scripts sent by EVALSHA, on the same server.
-	byEval, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")),
-		rlock.WithRedisFunctions(false))
+	// The same Mutex with its scripts called as Redis functions, on the same
+	// server.
+	byFunctions, err := rlock.New(redistest.Client(b, srv), rlock.WithKeyPrefix(strings.TrimSuffix(redistest.KeyPrefix(b), ":")),
+		rlock.WithRedisFunctions(true))
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = byEval.Close() })
+	b.Cleanup(func() { _ = byFunctions.Close() })
 	spin := measure.NewSpinLocker(redistest.Client(b, srv), "bench", 30*time.Second)
 	spinPrefix := redistest.KeyPrefix(b)
 	ctx := context.Background()
@@ -140,8 +141,8 @@ func BenchmarkUncontendedVsSpin(b *testing.B) {
 			}
 			return m.Unlock(lockCtx)
 		}},
-		{"rlock-eval", func(name string) error {
-			m := byEval.Mutex(name)
+		{"rlock-functions", func(name string) error {
+			m := byFunctions.Mutex(name)
 			lockCtx, err := m.Lock(ctx)
 			if err != nil {
 				return err

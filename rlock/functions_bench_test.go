@@ -14,8 +14,8 @@ import (
 )
 
 // BenchmarkScriptsAsFunctions sets each lock kind's uncontended acquisition
-// and release beside itself, its scripts called as Redis functions (the
-// default) and by EVALSHA (WithRedisFunctions(false)), each on a private
+// and release beside itself, its scripts called as Redis functions
+// (WithRedisFunctions(true)) and by EVALSHA (the default), each on a private
 // server, with 16 goroutines on one Client, each on a name of its own, so
 // that Redis is the bottleneck:
 //

@@ -13,19 +13,28 @@ import (
 	"github.com/relockio/relock/rlock"
 )
 
-// By default a Mutex's Lock and Unlock run as functions of the library the
-// first call loaded; WithRedisFunctions(false) runs them by EVALSHA and
-// loads nothing.
+// WithRedisFunctions(true) runs a Mutex's Lock and Unlock as functions of
+// the library the first call loaded; by default, as with
+// WithRedisFunctions(false), they run by EVALSHA and nothing is loaded.
 func TestMutexScriptsRunAsFunctions(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		t.Run(map[bool]string{true: "on", false: "off"}[on], func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []rlock.Option
+		on   bool
+	}{
+		{"on", []rlock.Option{rlock.WithRedisFunctions(true)}, true},
+		{"off", []rlock.Option{rlock.WithRedisFunctions(false)}, false},
+		{"default", nil, false},
+	} {
+		on := tc.on
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			srv := redistest.Owned(t)
 			if _, err := srv.Do(ctx, "FUNCTION", "LIST"); err != nil {
 				t.Skipf("no Redis functions on this server: %v", err)
 			}
-			c, err := rlock.New(redistest.Client(t, srv), rlock.WithRedisFunctions(on))
+			c, err := rlock.New(redistest.Client(t, srv), tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,21 +70,33 @@ func TestMutexScriptsRunAsFunctions(t *testing.T) {
 	}
 }
 
-// The README's least-privilege rules do not grant functions: the probe of
-// New finds that out and the scripts run by EVALSHA with no refusal logged
-// (TestACLStandalone). With FCALL and FUNCTION LOAD added they run as
-// functions, with nothing else denied.
+// A Client WithRedisFunctions(true) under the README's least-privilege
+// rules, which do not grant functions, runs its scripts by EVALSHA: the probe
+// of New finds the rights missing, so nothing is refused. With FCALL and
+// FUNCTION LOAD added they run as functions, with nothing else denied.
 func TestACLWithFunctions(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := redistest.Owned(t)
-	if _, err := srv.Do(ctx, "FUNCTION", "LIST"); err != nil {
-		t.Skipf("no Redis functions on this server: %v", err)
+	servers := redistest.NewN(t, 2) // without the rights, and with them
+	for _, srv := range servers {
+		if _, err := srv.Do(ctx, "FUNCTION", "LIST"); err != nil {
+			t.Skipf("no Redis functions on this server: %v", err)
+		}
 	}
-	setACLUser(t, ctx, srv, aclRules, strings.Fields(aclFunctionRules)...)
+	srv := servers[0]
 	newRC := func() rueidis.Client { return redistest.Client(t, srv, userOption) }
-	a, b := aclClients(t, newRC)
+	setACLUser(t, ctx, srv, aclRules)
+	a, b := aclClients(t, newRC, rlock.WithRedisFunctions(true))
+	aclWorkload(t, ctx, redistest.Client(t, srv), a, b)
+	checkNoDenials(t, ctx, srv, "command cluster|slots", "command client|setinfo")
+	if st, err := srv.CommandStats(ctx); err != nil || st["fcall"] != 0 || st["evalsha"] == 0 {
+		t.Fatalf("without the rights: %d FCALLs, %d EVALSHAs (%v); want none and some", st["fcall"], st["evalsha"], err)
+	}
+
+	srv = servers[1]
+	setACLUser(t, ctx, srv, aclRules, strings.Fields(aclFunctionRules)...)
+	a, b = aclClients(t, newRC, rlock.WithRedisFunctions(true))
 	aclWorkload(t, ctx, redistest.Client(t, srv), a, b)
 	checkNoDenials(t, ctx, srv, "command cluster|slots", "command client|setinfo")
 	st, err := srv.CommandStats(ctx)

@@ -24,10 +24,10 @@ import (
 // receipt on another rueidis client's dedicated connection), publish-rtt (that
 // PUBLISH call), and script-server (the acquire and release scripts' own time
 // in Redis, from SLOWLOG). The sleeps make the idle pattern; they synchronise
-// nothing. Sub-benchmarks: "functions", the defaults (the scripts called as
-// Redis functions), and "eval", WithRedisFunctions(false).
+// nothing. Sub-benchmarks: "eval", the defaults (the scripts sent by
+// EVALSHA), and "functions", WithRedisFunctions(true).
 func BenchmarkCrossClientHandOff(b *testing.B) {
-	for _, functions := range []bool{true, false} {
+	for _, functions := range []bool{false, true} {
 		b.Run(map[bool]string{true: "functions", false: "eval"}[functions], func(b *testing.B) {
 			benchCrossClientHandOff(b, rlock.WithRedisFunctions(functions))
 		})

@@ -100,7 +100,7 @@ type config struct {
 	claimWindow     time.Duration // see WithClaimWindow
 	logger          *slog.Logger  // see WithLogger
 	observer        Observer      // see WithObserver
-	evalOnly        bool          // see WithRedisFunctions
+	functions       bool          // see WithRedisFunctions
 }
 
 func defaultConfig() config {
@@ -155,7 +155,7 @@ func (c *config) core() core.Config {
 		ClaimWindow:       c.claimWindow,
 		Logger:            c.logger,
 		Observer:          c.coreObserver(),
-		EvalOnly:          c.evalOnly,
+		Functions:         c.functions,
 	}
 }
 
@@ -287,23 +287,28 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithRedisFunctions sets whether the lock scripts (the acquisitions,
 // releases and clean-ups of Mutexes, RWMutexes and semaphores, and a
-// QuorumMutex's votes) run as Redis function libraries, one per lock kind.
-// On (the default), the Client loads a library (FUNCTION LOAD) the first time
-// a call finds it missing on a server, and calls its scripts with FCALL:
-// Redis then makes the scripts' shared Lua once, not at every call, which cut
-// the Redis time of an uncontended Lock or Unlock by 18% where Redis was the
-// bottleneck (16 goroutines, docs/benchmarks.md). Where
+// QuorumMutex's votes) run as Redis function libraries, one per lock kind,
+// instead of by EVALSHA. On, the Client loads a library (FUNCTION LOAD) the
+// first time a call finds it missing on a server, and calls its scripts with
+// FCALL: Redis then makes the scripts' shared Lua once, not at every call,
+// which cut Redis's time per script call by a fifth (Mutex) to a quarter
+// (RWMutex) where Redis was the bottleneck (docs/benchmarks.md). Where
 // functions cannot run (Redis before 7.0, a user who may not FCALL or
-// FUNCTION LOAD) the Client falls back to EVALSHA by itself, as it does with
-// this option off. The libraries are named relock_<kind>_<hash of its code>
-// and, as every Redis function, are kept in the server's RDB and AOF files
-// and replicated: a new version of this module loads libraries of its own,
-// and those of versions no longer run stay until deleted (FUNCTION DELETE,
-// see docs/operations.md). Renewals, sent in batches, and the read-only
-// Inspect scripts always run by EVALSHA. Off, the Client stores nothing in
-// Redis but the locks' keys and Redis's script cache.
+// FUNCTION LOAD) the Client falls back to EVALSHA by itself. Default: off.
+//
+// Turn it on only where every Redis user allowed FUNCTION LOAD (any user
+// with +@scripting or +@all, whatever its keys) is trusted with the locks:
+// Redis finds a function by its name, which anyone may load or replace, and
+// runs it with the caller's rights, so such a user could take, free or hand
+// out every lock of Clients that call it. A script sent by EVALSHA is found
+// by the hash of its code and cannot be substituted. The libraries are named
+// relock_<kind>_<hash of the code> and, as every Redis function, are kept in
+// the server's RDB and AOF files and replicated; those of versions no longer
+// run stay until deleted (FUNCTION DELETE, see docs/operations.md).
+// Renewals, sent in batches, and the read-only Inspect scripts always run by
+// EVALSHA.
 func WithRedisFunctions(on bool) Option {
-	return func(c *config) { c.evalOnly = !on }
+	return func(c *config) { c.functions = on }
 }
 
 // WithPubSub passes options to the Client's subscription multiplexer, for

@@ -42,9 +42,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told of lock events (rlock.WithObserver); nil: none.
 	Observer Observer
-	// EvalOnly: the scripts always run by EVALSHA, never as Redis functions
-	// (rlock.WithRedisFunctions(false); see internal/lua/functions.go).
-	EvalOnly bool
+	// Functions: the scripts run as Redis functions where the server allows
+	// it (rlock.WithRedisFunctions; see internal/lua/functions.go).
+	Functions bool
 }
 
 // Client is one owner identity and its shared machinery.
@@ -110,7 +110,7 @@ func NewClient(rc rueidis.Client, cfg Config, pubsubOpts []pubsub.Option) (*Clie
 		bgCancel:  bgCancel,
 		Obs:       cfg.Observer,
 	}
-	c.Scripts = lua.NewRunner(c.RC, !cfg.EvalOnly)
+	c.Scripts = lua.NewRunner(c.RC, cfg.Functions)
 	for i := range c.turns {
 		c.turns[i] = newTurns(c, cfg.Linger)
 	}

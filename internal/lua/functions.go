@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/rueidis"
@@ -79,6 +80,10 @@ type Runner struct {
 	// evalOnly: every script runs by EVALSHA, because functions were turned
 	// off or the server refused them.
 	evalOnly atomic.Bool
+
+	mu      sync.Mutex
+	loading map[*library]*libraryLoad // see load
+	loaded  map[*library]uint64       // see loads
 }
 
 // NewRunner runs scripts on rc, as functions unless functions is false.
@@ -104,9 +109,10 @@ func (s *Script) Exec(ctx context.Context, r *Runner, keys, args []string) rueid
 	if s.lib == nil || r.evalOnly.Load() {
 		return s.eval.Exec(ctx, r.rc, keys, args)
 	}
+	loads := r.loads(s.lib)
 	resp := r.fcall(ctx, s, keys, args)
 	if notRun(resp) == fnMissing {
-		if !r.load(ctx, s.lib, keys[0]) {
+		if !r.load(ctx, s.lib, keys[0], loads) {
 			return s.eval.Exec(ctx, r.rc, keys, args)
 		}
 		resp = r.fcall(ctx, s, keys, args)
@@ -128,12 +134,64 @@ func (r *Runner) fcall(ctx context.Context, s *Script, keys, args []string) ruei
 	return r.rc.Do(ctx, r.rc.B().Fcall().Function(s.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 }
 
-// load loads lib on the node that serves key, and reports whether it is
-// there now. A server that refuses it for good (no FUNCTION LOAD for this
-// user, no functions, a library it cannot compile) turns functions off for
-// the Runner; a passing refusal (no answer, out of memory, busy, loading, a
+// loads is how many loads of lib the Runner has completed.
+func (r *Runner) loads(lib *library) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loaded[lib]
+}
+
+// load loads lib on the node that serves key, for a call that found it
+// missing after seen loads (see loads), and reports whether it is there now.
+// Calls that find lib missing together share one load (a library is 55-70
+// KB, and a server restarted without persistence is met by every call in
+// flight), and a call sent before a load completed only calls again. A
+// server that refuses it for good (no FUNCTION LOAD for this user, no
+// functions, a library it cannot compile) turns functions off for the
+// Runner; a passing refusal (no answer, out of memory, busy, loading, a
 // replica) leaves this call to EVALSHA only.
-func (r *Runner) load(ctx context.Context, lib *library, key string) bool {
+func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64) bool {
+	r.mu.Lock()
+	if r.loaded[lib] != seen {
+		r.mu.Unlock()
+		return true
+	}
+	if l := r.loading[lib]; l != nil {
+		r.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.ok
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if r.loading == nil {
+		r.loading, r.loaded = map[*library]*libraryLoad{}, map[*library]uint64{}
+	}
+	l := &libraryLoad{done: make(chan struct{})}
+	r.loading[lib] = l
+	r.mu.Unlock()
+
+	l.ok = r.loadNow(ctx, lib, key)
+	r.mu.Lock()
+	delete(r.loading, lib)
+	if l.ok {
+		r.loaded[lib]++
+	}
+	r.mu.Unlock()
+	close(l.done)
+	return l.ok
+}
+
+// libraryLoad is a FUNCTION LOAD in flight, which calls that find the same
+// library missing wait for (in a cluster the load may have gone to another
+// node: a call that then finds its function missing again runs by EVALSHA).
+type libraryLoad struct {
+	done chan struct{}
+	ok   bool // set before done is closed
+}
+
+func (r *Runner) loadNow(ctx context.Context, lib *library, key string) bool {
 	err := r.rc.Do(ctx, r.rc.B().FunctionLoad().FunctionCode(lib.code).Build().SetSlot(key)).Error()
 	if err == nil {
 		return true
@@ -142,12 +200,11 @@ func (r *Runner) load(ctx context.Context, lib *library, key string) bool {
 	if !isRedis {
 		return false
 	}
-	msg := redisErr.Error()
-	switch lower := strings.ToLower(msg); {
-	case strings.Contains(msg, "already exists"):
-		return true // loaded meanwhile by another call
-	case strings.HasPrefix(msg, "NOPERM"), strings.Contains(lower, "unknown command"), strings.Contains(lower, "unknown subcommand"),
-		strings.Contains(lower, "error registering functions"), strings.Contains(lower, "error compiling"):
+	switch msg := serverMessage(redisErr); {
+	case msg == "Library '"+lib.name+"' already exists":
+		return true // loaded meanwhile by another Client
+	case strings.HasPrefix(msg, "NOPERM"), isUnknownCommand(msg, "function"),
+		strings.HasPrefix(msg, "Error compiling function"), strings.HasPrefix(msg, "Error registering functions"):
 		r.evalOnly.Store(true)
 	}
 	return false
@@ -164,24 +221,37 @@ const (
 )
 
 // notRun tells why resp's FCALL did not run its function, from the errors
-// Redis sends before it starts one (Redis 7.0-7.4 word them so). An error
-// the function itself returned, such as a script's NOPERM naming the
-// command it may not run, is fnRan.
+// Redis sends before it starts one, matched whole (Redis 7.0-7.4 word them
+// so): an error the function itself returned, such as a script's NOPERM
+// naming a key or channel, which holds the caller's lock name, is fnRan
+// whatever that name spells.
 func notRun(resp rueidis.RedisResult) refusal {
 	err, ok := rueidis.IsRedisErr(resp.Error())
 	if !ok {
 		return fnRan
 	}
-	msg := err.Error()
-	lower := strings.ToLower(msg)
-	switch {
-	case strings.Contains(msg, "Function not found"):
+	switch msg := serverMessage(err); {
+	case msg == "Function not found":
 		return fnMissing
-	case strings.Contains(lower, "unknown command") && strings.Contains(lower, "fcall"),
-		strings.HasPrefix(msg, "NOPERM") && strings.Contains(lower, "'fcall'"):
+	case isUnknownCommand(msg, "fcall"),
+		strings.HasPrefix(msg, "NOPERM") && strings.HasSuffix(msg, " has no permissions to run the 'fcall' command"):
 		return fnRefused
-	case strings.HasPrefix(msg, "OOM"):
+	case msg == "OOM command not allowed when used memory > 'maxmemory'.":
 		return fnNoMemory
 	}
 	return fnRan
+}
+
+// serverMessage is err's text without the "ERR " that Redis puts before a
+// message of no other code.
+func serverMessage(err *rueidis.RedisError) string {
+	return strings.TrimPrefix(err.Error(), "ERR ")
+}
+
+// isUnknownCommand reports whether msg is a server's refusal of command
+// (lower case) as unknown: "unknown command 'fcall', with args beginning
+// with: ..." (quoted so or with backquotes, in any case).
+func isUnknownCommand(msg, command string) bool {
+	lower := strings.ToLower(msg)
+	return strings.HasPrefix(lower, "unknown command '"+command+"'") || strings.HasPrefix(lower, "unknown command `"+command+"`")
 }

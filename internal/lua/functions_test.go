@@ -2,7 +2,9 @@ package lua
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,21 +100,58 @@ func TestRunnerLoadsMissingLibrary(t *testing.T) {
 }
 
 // An error the function returns is its reply: the script is not run again
-// by EVALSHA, even when the error is a NOPERM of its own.
+// by EVALSHA, and functions stay on, whatever the error says. A script's
+// refusal names a key or channel, which holds the caller's lock name: one
+// that spells a server's refusal of FCALL must not pass for it.
 func TestRunnerKeepsTheFunctionsError(t *testing.T) {
 	srv, ctx := functionsServer(t)
 	r := NewRunner(redistest.Client(t, srv), true)
-	_, err := countCalls(t, ctx, r, "k", "NOPERM the Redis user may not run SET on k, which the lock scripts need")
-	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM the Redis user") {
-		t.Fatalf("error %v, want the function's own", err)
+	runs := int64(0)
+	for _, reply := range []string{
+		"NOPERM the Redis user may not run SET on k, which the lock scripts need",
+		"NOPERM the Redis user may not run PUBLISH on rlock:{Function not found}:to:c1, which the lock scripts need",
+		"NOPERM the Redis user may not run HSET on rlock:{'fcall'}, which the lock scripts need; nothing was changed",
+		"NOPERM the Redis user may not run HSET on rlock:{x has no permissions to run the 'fcall' command}",
+		"OOM command not allowed when used memory > 'maxmemory'. script: x",
+	} {
+		_, err := countCalls(t, ctx, r, "k", reply)
+		if err == nil || !strings.Contains(err.Error(), reply) {
+			t.Fatalf("error %v, want the function's own %q", err, reply)
+		}
+		runs++
+		if n, err := srv.Do(ctx, "GET", "k"); err != nil {
+			t.Fatal(err)
+		} else if v, _ := n.ToString(); v != strconv.FormatInt(runs, 10) {
+			t.Fatalf("after the reply %q: the script ran %s times in all, want %d (once a call)", reply, v, runs)
+		}
+		if !r.Functions() {
+			t.Fatalf("the script's own error %q turned functions off", reply)
+		}
+	}
+}
+
+// Calls that find the library missing together share one FUNCTION LOAD, and
+// each runs its script once.
+func TestRunnerSharesALoad(t *testing.T) {
+	srv, ctx := functionsServer(t)
+	r := NewRunner(redistest.Client(t, srv), true)
+	const calls = 100
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			if _, err := countCalls(t, ctx, r, "k", ""); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := commandCalls(t, ctx, srv, "function|load"); got != 1 {
+		t.Errorf("%d FUNCTION LOADs for %d calls, want 1", got, calls)
 	}
 	if n, err := srv.Do(ctx, "GET", "k"); err != nil {
 		t.Fatal(err)
-	} else if v, _ := n.ToString(); v != "1" {
-		t.Fatalf("the script ran %q times, want once", v)
-	}
-	if !r.Functions() {
-		t.Fatal("the script's own error turned functions off")
+	} else if v, _ := n.ToString(); v != strconv.Itoa(calls) {
+		t.Errorf("the script ran %s times for %d calls", v, calls)
 	}
 }
 
