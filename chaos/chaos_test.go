@@ -26,6 +26,7 @@ var (
 	fullRun     = flag.Bool("chaos.full", os.Getenv("CHAOS_FULL") != "", "run the full chaos suite (minutes) instead of the short one")
 	resultsFile = flag.String("chaos.results", "", "write the figures as a markdown table to this file")
 	logDir      = flag.String("chaos.logdir", "", "write every operation of every scenario (JSON lines: owner, token, monotonic times, outcome) to this directory")
+	functions   = flag.Bool("chaos.functions", false, "workers run the lock scripts as Redis functions (rlock.WithRedisFunctions(true))")
 	only        = flag.String("chaos.only", "", "run only the scenarios whose kind/name (e.g. mutex/lost-replies) matches this regular expression")
 )
 

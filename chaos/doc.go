@@ -30,6 +30,8 @@
 // replication): its replica is elected and the killed node rejoins as a
 // replica.
 // -chaos.noack runs it without the acknowledgement, to see what it saves.
+// -chaos.functions runs every scenario's workers with their scripts as Redis
+// functions (rlock.WithRedisFunctions(true)) instead of by EVALSHA.
 //
 // The full suite adds partial failures of that cluster and of Sentinel
 // (partial_test.go, sentinel_test.go), each with the Mutex workload:

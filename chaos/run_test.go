@@ -155,7 +155,8 @@ func execute(t *testing.T, sc scenario, ops int64) result {
 		Goroutines: sc.workerGoroutines(), Total: ops, Limit: limit,
 		Watchdog: sc.leaseOf(), Wait: waitTimeout, Work: 2 * time.Millisecond,
 		LongEvery: sc.longEvery, LongHold: sc.longHold,
-		Reenter: sc.reenter && sc.kind == "mutex",
+		Reenter:   sc.reenter && sc.kind == "mutex",
+		Functions: *functions,
 	}
 	if sc.kind == "rw" {
 		r.cfg.WriteEvery = rwWrites

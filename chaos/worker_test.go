@@ -57,6 +57,8 @@ type workerConfig struct {
 	// rlock.WithReplicaAckRetry.
 	AckReplicas int
 	AckTimeout  time.Duration
+	// Functions: rlock.WithRedisFunctions(true) (-chaos.functions).
+	Functions bool
 }
 
 // isLong reports whether operation op holds the lock for LongHold.
@@ -186,6 +188,9 @@ func (w *worker) run() error {
 		rlock.WithClaimWindow(rlock.MinClaimWindow)}
 	if cfg.AckReplicas > 0 {
 		opts = append(opts, rlock.WithReplicaAck(cfg.AckReplicas, cfg.AckTimeout), rlock.WithReplicaAckRetry())
+	}
+	if cfg.Functions {
+		opts = append(opts, rlock.WithRedisFunctions(true))
 	}
 	client, err := rlock.New(lockRC, opts...)
 	if err != nil {
