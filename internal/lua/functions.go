@@ -19,9 +19,11 @@ import (
 // their own cost Redis 27.8-29.6us per script call so, against 34.0-37.1us
 // by EVALSHA (docs/benchmarks.md).
 //
-// A Script runs as a function where the server allows it and by EVALSHA
-// (then EVAL) where it does not: Redis < 7, a user who may not FCALL or
-// FUNCTION LOAD, or a Client made WithRedisFunctions(false). The library is
+// A Script runs as a function only for a Client made
+// WithRedisFunctions(true) (anyone allowed FUNCTION LOAD could replace a
+// library, where EVALSHA finds a script by the hash of its code), and only
+// where the server allows it; by EVALSHA (then EVAL) elsewhere: Redis < 7, a
+// user who may not FCALL or FUNCTION LOAD. The library is
 // loaded when an FCALL finds it missing (a new server, a restart without
 // persistence, FUNCTION FLUSH), on the node that serves the call's key. Its
 // name carries a hash of its code, so that Clients of different versions
