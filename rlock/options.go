@@ -305,8 +305,9 @@ func WithLogger(l *slog.Logger) Option {
 // relock_<kind>_<hash of the code> and, as every Redis function, are kept in
 // the server's RDB and AOF files and replicated; those of versions no longer
 // run stay until deleted (FUNCTION DELETE, see docs/operations.md).
-// Renewals, sent in batches, and the read-only Inspect scripts always run by
-// EVALSHA.
+// Renewals, sent in batches, the read-only Inspect scripts, and with
+// WithReplicaAck the acquisitions (sent with WAIT on one connection) always
+// run by EVALSHA.
 func WithRedisFunctions(on bool) Option {
 	return func(c *config) { c.functions = on }
 }

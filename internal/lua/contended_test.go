@@ -47,3 +47,15 @@ func TestMutexScriptsMarkTheirUncontendedPath(t *testing.T) {
 		}
 	}
 }
+
+// The libraries put at a script's contendedMark are made after the script's
+// script_begin has run when the script runs by EVAL: one that registered a
+// per-call hook (script_begins) would have it run as a function and not by
+// EVAL.
+func TestContendedLibrariesHaveNoCallHooks(t *testing.T) {
+	for name, lib := range map[string]string{"queue_lib.lua": queueLibOnly, "mutex_lib.lua": mutexLibOnly} {
+		if strings.Contains(lib, "script_begins[") {
+			t.Errorf("%s registers a script_begins hook, but is made after script_begin in acquire and release", name)
+		}
+	}
+}

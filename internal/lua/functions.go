@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -83,9 +84,8 @@ type Runner struct {
 	// off or the server refused them.
 	evalOnly atomic.Bool
 
-	mu      sync.Mutex
-	loading map[*library]*libraryLoad // see load
-	loaded  map[*library]uint64       // see loads
+	mu   sync.Mutex
+	libs map[*library]*libraryState
 }
 
 // NewRunner runs scripts on rc, as functions unless functions is false.
@@ -111,22 +111,31 @@ func (s *Script) Exec(ctx context.Context, r *Runner, keys, args []string) rueid
 	if s.lib == nil || r.evalOnly.Load() {
 		return s.eval.Exec(ctx, r.rc, keys, args)
 	}
-	loads := r.loads(s.lib)
+	loads, paused := r.loads(s.lib)
+	if paused {
+		return s.eval.Exec(ctx, r.rc, keys, args)
+	}
 	resp := r.fcall(ctx, s, keys, args)
 	if notRun(resp) == fnMissing {
 		if !r.load(ctx, s.lib, keys[0], loads) {
 			return s.eval.Exec(ctx, r.rc, keys, args)
 		}
 		resp = r.fcall(ctx, s, keys, args)
+		if notRun(resp) == fnMissing {
+			// Loaded, but not where the call went: FUNCTION LOAD has no
+			// key, so no redirect, and it went to the node rueidis's slot
+			// map names, which a slot being moved no longer is.
+			r.pause(s.lib)
+		}
 	}
 	switch notRun(resp) {
 	case fnRefused:
 		r.evalOnly.Store(true)
 		return s.eval.Exec(ctx, r.rc, keys, args)
 	case fnMissing, fnNoMemory:
-		// Missing again (a failover to a replica the load had not
-		// reached), or refused for memory where EVAL may still run a
-		// script that frees: this call only.
+		// Missing again (see above, or a failover to a replica the load
+		// had not reached), or refused for memory where EVAL may still
+		// run a script that frees: this call only.
 		return s.eval.Exec(ctx, r.rc, keys, args)
 	}
 	return resp
@@ -136,11 +145,50 @@ func (r *Runner) fcall(ctx context.Context, s *Script, keys, args []string) ruei
 	return r.rc.Do(ctx, r.rc.B().Fcall().Function(s.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 }
 
-// loads is how many loads of lib the Runner has completed.
-func (r *Runner) loads(lib *library) uint64 {
+// loads is how many loads of lib the Runner has completed, and whether its
+// calls of lib are paused (see pause).
+func (r *Runner) loads(lib *library) (n uint64, paused bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.loaded[lib]
+	st := r.libs[lib]
+	if st == nil {
+		return 0, false
+	}
+	return st.loads, !st.pausedUntil.IsZero() && time.Now().Before(st.pausedUntil)
+}
+
+// functionPause is how long the calls of a library run by EVALSHA after a
+// load that did not take (see pause).
+const functionPause = time.Second
+
+// pause sends the calls of lib to EVALSHA for functionPause, without an
+// FCALL: a load was refused for a passing reason, or landed on another node
+// than the calls, and each call would otherwise send the library again
+// (55-70 KB) for nothing.
+func (r *Runner) pause(lib *library) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state(lib).pausedUntil = time.Now().Add(functionPause)
+}
+
+// state is lib's state in the Runner, made on first use; r.mu is held.
+func (r *Runner) state(lib *library) *libraryState {
+	st := r.libs[lib]
+	if st == nil {
+		if r.libs == nil {
+			r.libs = map[*library]*libraryState{}
+		}
+		st = &libraryState{}
+		r.libs[lib] = st
+	}
+	return st
+}
+
+// libraryState is what a Runner knows of one library on its server.
+type libraryState struct {
+	loads       uint64       // loads completed (see load)
+	loading     *libraryLoad // the load in flight
+	pausedUntil time.Time    // see pause
 }
 
 // load loads lib on the node that serves key, for a call that found it
@@ -150,15 +198,17 @@ func (r *Runner) loads(lib *library) uint64 {
 // flight), and a call sent before a load completed only calls again. A
 // server that refuses it for good (no FUNCTION LOAD for this user, no
 // functions, a library it cannot compile) turns functions off for the
-// Runner; a passing refusal (no answer, out of memory, busy, loading, a
-// replica) leaves this call to EVALSHA only.
+// Runner; a passing refusal (out of memory, busy, loading, a replica)
+// pauses the library's calls (see pause), and a load that got no answer
+// leaves this call to EVALSHA only.
 func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64) bool {
 	r.mu.Lock()
-	if r.loaded[lib] != seen {
+	st := r.state(lib)
+	if st.loads != seen {
 		r.mu.Unlock()
 		return true
 	}
-	if l := r.loading[lib]; l != nil {
+	if l := st.loading; l != nil {
 		r.mu.Unlock()
 		select {
 		case <-l.done:
@@ -167,21 +217,22 @@ func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64
 			return false
 		}
 	}
-	if r.loading == nil {
-		r.loading, r.loaded = map[*library]*libraryLoad{}, map[*library]uint64{}
-	}
 	l := &libraryLoad{done: make(chan struct{})}
-	r.loading[lib] = l
+	st.loading = l
 	r.mu.Unlock()
 
-	l.ok = r.loadNow(ctx, lib, key)
+	var refused bool
+	l.ok, refused = r.loadNow(ctx, lib, key)
 	r.mu.Lock()
-	delete(r.loading, lib)
+	st.loading = nil
 	if l.ok {
-		r.loaded[lib]++
+		st.loads++
 	}
 	r.mu.Unlock()
 	close(l.done)
+	if refused {
+		r.pause(lib)
+	}
 	return l.ok
 }
 
@@ -193,23 +244,26 @@ type libraryLoad struct {
 	ok   bool // set before done is closed
 }
 
-func (r *Runner) loadNow(ctx context.Context, lib *library, key string) bool {
+// loadNow sends lib's FUNCTION LOAD; ok: lib is there now; refused: the
+// server refused it for a passing reason.
+func (r *Runner) loadNow(ctx context.Context, lib *library, key string) (ok, refused bool) {
 	err := r.rc.Do(ctx, r.rc.B().FunctionLoad().FunctionCode(lib.code).Build().SetSlot(key)).Error()
 	if err == nil {
-		return true
+		return true, false
 	}
 	redisErr, isRedis := rueidis.IsRedisErr(err)
 	if !isRedis {
-		return false
+		return false, false
 	}
 	switch msg := serverMessage(redisErr); {
 	case msg == "Library '"+lib.name+"' already exists":
-		return true // loaded meanwhile by another Client
+		return true, false // loaded meanwhile by another Client
 	case strings.HasPrefix(msg, "NOPERM"), isUnknownCommand(msg, "function"),
 		strings.HasPrefix(msg, "Error compiling function"), strings.HasPrefix(msg, "Error registering functions"):
 		r.evalOnly.Store(true)
+		return false, false
 	}
-	return false
+	return false, true
 }
 
 // How an FCALL was refused before its function ran.

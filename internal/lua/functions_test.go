@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,3 +219,110 @@ func TestRunnerOverMaxMemory(t *testing.T) {
 }
 
 const getBody = "return redis.call('GET', KEYS[1])\n"
+
+// functionLoads is how many FUNCTION LOADs srv ran or refused.
+func functionLoads(t *testing.T, ctx context.Context, srv *redistest.Server) int64 {
+	t.Helper()
+	msg, err := srv.Do(ctx, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := msg.ToString()
+	for line := range strings.Lines(text) {
+		if fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_function|load:"); ok {
+			var n int64
+			for field := range strings.SplitSeq(fields, ",") {
+				for _, name := range []string{"calls=", "rejected_calls="} {
+					if v, ok := strings.CutPrefix(field, name); ok {
+						x, _ := strconv.ParseInt(v, 10, 64)
+						n += x
+					}
+				}
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// A load refused for a passing reason (here maxmemory) pauses the library's
+// calls, which run by EVALSHA without sending it again, for functionPause;
+// then a call loads it.
+func TestRunnerPausesAfterARefusedLoad(t *testing.T) {
+	srv, ctx := functionsServer(t)
+	r := NewRunner(redistest.Client(t, srv), true)
+	if _, err := srv.Do(ctx, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do(ctx, "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	get := newLibrary("zzpause", publishLibSrc, scriptBody{"get", getBody, script(publishLibSrc, getBody)})[0]
+	for i := range 10 {
+		if got, err := get.Exec(ctx, r, []string{"k"}, nil).ToString(); err != nil || got != "v" {
+			t.Fatalf("call %d: %q, %v; want the script's reply", i, got, err)
+		}
+	}
+	if n := functionLoads(t, ctx, srv); n != 1 {
+		t.Fatalf("%d FUNCTION LOADs for 10 calls over maxmemory, want 1 (then a pause)", n)
+	}
+	if _, err := srv.Do(ctx, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * functionPause)
+	for functionLoads(t, ctx, srv) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no FUNCTION LOAD within %v of the pause", 5*functionPause)
+		}
+		if _, err := get.Exec(ctx, r, []string{"k"}, nil).ToString(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // a call every 10ms: the pause's end is polled, not awaited
+	}
+	if !r.Functions() {
+		t.Fatal("functions went off")
+	}
+}
+
+// On a cluster whose slot is being moved, FUNCTION LOAD (no key, no
+// redirect) goes to the old owner while the calls reach the new one: the
+// library's calls pause instead of sending it again at every call.
+func TestRunnerPausesWhileASlotMoves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := redistest.NewCluster(t, 2, 0)
+	if _, err := c.Masters[0].Do(ctx, "FUNCTION", "LIST"); err != nil {
+		t.Skipf("no Redis functions on this server: %v", err)
+	}
+	r := NewRunner(redistest.ClusterClient(t, c), true)
+	slot, err := c.KeySlot(ctx, "{zz}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.Owner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := c.Masters[0]
+	if to == from {
+		to = c.Masters[1]
+	}
+	if n, err := countCalls(t, ctx, r, "{zz}:0", ""); err != nil || n != 1 {
+		t.Fatalf("first call: %d, %v", n, err)
+	}
+	const calls = 20
+	err = c.MoveSlot(ctx, slot, to, func() error {
+		for i := 1; i <= calls; i++ {
+			if n, err := countCalls(t, ctx, r, "{zz}:"+strconv.Itoa(i), ""); err != nil || n != 1 {
+				return fmt.Errorf("call %d on the moving slot: %d, %v", i, n, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := functionLoads(t, ctx, from); n > 2 {
+		t.Errorf("%d FUNCTION LOADs on the old owner for %d calls while the slot moved, want at most 2 (the first, one after the pause)", n, calls)
+	}
+}
