@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relockio/relock/internal/ctxcall"
 )
 
 // Redis runs a script's whole source at every EVALSHA, and each library
@@ -26,7 +28,7 @@ import (
 // where the server allows it; by EVALSHA (then EVAL) elsewhere: Redis < 7, a
 // user who may not FCALL or FUNCTION LOAD. The library is
 // loaded when an FCALL finds it missing (a new server, a restart without
-// persistence, FUNCTION FLUSH), on the node that serves the call's key. Its
+// persistence, FUNCTION FLUSH), on every node of the client at once. Its
 // name carries a hash of its code, so that Clients of different versions
 // share a server without replacing each other's functions; the libraries of
 // versions no longer run stay until deleted (FUNCTION DELETE, see
@@ -117,14 +119,13 @@ func (s *Script) Exec(ctx context.Context, r *Runner, keys, args []string) rueid
 	}
 	resp := r.fcall(ctx, s, keys, args)
 	if notRun(resp) == fnMissing {
-		if !r.load(ctx, s.lib, keys[0], loads) {
+		if !r.load(ctx, s.lib, loads) {
 			return s.eval.Exec(ctx, r.rc, keys, args)
 		}
 		resp = r.fcall(ctx, s, keys, args)
 		if notRun(resp) == fnMissing {
-			// Loaded, but not where the call went: FUNCTION LOAD has no
-			// key, so no redirect, and it went to the node rueidis's slot
-			// map names, which a slot being moved no longer is.
+			// Loaded, but not where the call went: a node the client did
+			// not know yet, or one that refused it.
 			r.pause(s.lib)
 		}
 	}
@@ -191,8 +192,8 @@ type libraryState struct {
 	pausedUntil time.Time    // see pause
 }
 
-// load loads lib on the node that serves key, for a call that found it
-// missing after seen loads (see loads), and reports whether it is there now.
+// load loads lib (see loadNow), for a call that found it missing after seen
+// loads (see loads), and reports whether it is there now.
 // Calls that find lib missing together share one load (a library is 55-70
 // KB, and a server restarted without persistence is met by every call in
 // flight), and a call sent before a load completed only calls again. A
@@ -201,7 +202,7 @@ type libraryState struct {
 // Runner; a passing refusal (out of memory, busy, loading, a replica)
 // pauses the library's calls (see pause), and a load that got no answer
 // leaves this call to EVALSHA only.
-func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64) bool {
+func (r *Runner) load(ctx context.Context, lib *library, seen uint64) bool {
 	r.mu.Lock()
 	st := r.state(lib)
 	if st.loads != seen {
@@ -222,7 +223,7 @@ func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64
 	r.mu.Unlock()
 
 	var refused bool
-	l.ok, refused = r.loadNow(ctx, lib, key)
+	l.ok, refused = r.loadNow(ctx, lib)
 	r.mu.Lock()
 	st.loading = nil
 	if l.ok {
@@ -230,7 +231,7 @@ func (r *Runner) load(ctx context.Context, lib *library, key string, seen uint64
 	}
 	r.mu.Unlock()
 	close(l.done)
-	if refused {
+	if refused && !l.ok {
 		r.pause(lib)
 	}
 	return l.ok
@@ -244,26 +245,58 @@ type libraryLoad struct {
 	ok   bool // set before done is closed
 }
 
-// loadNow sends lib's FUNCTION LOAD; ok: lib is there now; refused: the
-// server refused it for a passing reason.
-func (r *Runner) loadNow(ctx context.Context, lib *library, key string) (ok, refused bool) {
-	err := r.rc.Do(ctx, r.rc.B().FunctionLoad().FunctionCode(lib.code).Build().SetSlot(key)).Error()
+// loadNow loads lib on every node of the Runner's client at once (a
+// cluster's masters, whose replicas refuse it and get it from them), so
+// that no call finds it missing on one node after another nor while a slot
+// moves between masters (FUNCTION LOAD has no key to route it by). ok: some
+// node has lib now; refused: some node refused it for a passing reason.
+func (r *Runner) loadNow(ctx context.Context, lib *library) (ok, refused bool) {
+	nodes := r.rc.Nodes()
+	results := make(chan loadResult, len(nodes))
+	for _, node := range nodes {
+		go func() {
+			cmd := node.B().FunctionLoad().FunctionCode(lib.code).Build()
+			results <- loadOutcome(lib, ctxcall.Do(ctx, node.Do, cmd).Error())
+		}()
+	}
+	for range nodes {
+		switch <-results {
+		case loaded:
+			ok = true
+		case loadRefused:
+			refused = true
+		case loadNever:
+			r.evalOnly.Store(true)
+		}
+	}
+	return ok, refused
+}
+
+type loadResult uint8
+
+const (
+	loadUnknown loadResult = iota // no answer
+	loaded                        // the node has the library now
+	loadRefused                   // refused for a passing reason (memory, busy, loading, a replica)
+	loadNever                     // refused for good (rights, no functions, the code)
+)
+
+func loadOutcome(lib *library, err error) loadResult {
 	if err == nil {
-		return true, false
+		return loaded
 	}
 	redisErr, isRedis := rueidis.IsRedisErr(err)
 	if !isRedis {
-		return false, false
+		return loadUnknown
 	}
 	switch msg := serverMessage(redisErr); {
 	case msg == "Library '"+lib.name+"' already exists":
-		return true, false // loaded meanwhile by another Client
+		return loaded // loaded meanwhile by another Client
 	case strings.HasPrefix(msg, "NOPERM"), isUnknownCommand(msg, "function"),
 		strings.HasPrefix(msg, "Error compiling function"), strings.HasPrefix(msg, "Error registering functions"):
-		r.evalOnly.Store(true)
-		return false, false
+		return loadNever
 	}
-	return false, true
+	return loadRefused
 }
 
 // How an FCALL was refused before its function ran.
