@@ -117,17 +117,9 @@ func TestShardedSlotMigration(t *testing.T) {
 	rc := redistest.ClusterClient(t, c)
 	m := mxNew(t, rc)
 	ch := redistest.KeyPrefix(t) + "{moving}:unlock"
-	slot, err := c.KeySlot(ctx, ch)
+	slot, _, to, err := c.SlotToMove(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
-	}
-	from, err := c.Owner(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := c.Masters[0]
-	if to == from {
-		to = c.Masters[1]
 	}
 	w := mxSubscribe(ctx, t, m, ch)
 	defer w.Leave(true)

@@ -192,17 +192,9 @@ func TestClusterSlotMigrationWhileWaiting(t *testing.T) {
 	prefix := strings.TrimSuffix(redistest.KeyPrefix(t), ":")
 	name := "migrating"
 	base := prefix + ":{" + name + "}"
-	slot, err := c.KeySlot(ctx, base)
+	slot, from, to, err := c.SlotToMove(ctx, base)
 	if err != nil {
 		t.Fatal(err)
-	}
-	from, err := c.Owner(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := c.Masters[0]
-	if to == from {
-		to = c.Masters[1]
 	}
 	x := clusterClient(t, c, prefix, rlock.WithWatchdogTimeout(20*time.Second))
 	y := clusterClient(t, c, prefix, rlock.WithWatchdogTimeout(20*time.Second))

@@ -292,6 +292,23 @@ func (c *Cluster) Owner(ctx context.Context, slot int64) (*Server, error) {
 	return nil, errors.New("redistest: no live node")
 }
 
+// SlotToMove returns the slot of key, the master that serves it, and
+// another master to move it to (with MoveSlot).
+func (c *Cluster) SlotToMove(ctx context.Context, key string) (slot int64, from, to *Server, err error) {
+	if slot, err = c.KeySlot(ctx, key); err != nil {
+		return 0, nil, nil, err
+	}
+	if from, err = c.Owner(ctx, slot); err != nil {
+		return 0, nil, nil, err
+	}
+	for _, m := range c.Masters {
+		if m != from {
+			return slot, from, m, nil
+		}
+	}
+	return 0, nil, nil, fmt.Errorf("redistest: no master but %s to move slot %d to", from, slot)
+}
+
 // KeySlot returns the cluster slot of key (CLUSTER KEYSLOT).
 func (c *Cluster) KeySlot(ctx context.Context, key string) (int64, error) {
 	for _, s := range c.Nodes() {
