@@ -117,8 +117,9 @@ if found == 0 then
   lock_hold(lock, owner, last - block + 1, lease, lease, nil, block > 1 and last or nil)
   return {1, last - block + 1, 1, last, 0}
 end
--- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
--- the next line (see contendedMark in lua.go), made only by calls that get there.
+-- Below, the contended paths: the helpers only they call (the queue's and
+-- the hand-off's) are made at the next line (see contended in lua.go), by
+-- calls that get there.
 --@contended
 local wait = redis.call('PTTL', lock)
 local first = queue_first(q)

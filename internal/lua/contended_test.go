@@ -5,18 +5,71 @@ import (
 	"testing"
 )
 
-// The libraries only the contended paths use go at a script's contendedMark,
-// after its uncontended path; a script without the mark gets them all first.
-func TestWithContended(t *testing.T) {
-	got := withContended("local a = 1\nif a then\n  return a\nend\n"+contendedMark+"return slow(a)\n",
-		"local function fast() end\n", "local function slow(x) return x end\n")
-	want := "local function fast() end\nlocal a = 1\nif a then\n  return a\nend\n" +
-		"local function slow(x) return x end\nreturn slow(a)\n"
+// A script carries the helpers its parts can reach, each before the first
+// part that can reach it, in the library's order; everything else at the
+// library's top level comes first, whole.
+func TestShake(t *testing.T) {
+	a := "local function a()\n  return K\nend\n"
+	b := "local function b()\n  return a() -- c()\nend\n"
+	c := "local function c()\n  return 'd()'\nend\n"
+	d := "local function d()\n\n  return c()\nend\n"
+	e := "local function e()\n  return 1\nend\n"
+	hook := "-- a hook\nhooks[#hooks + 1] = function()\n  return e()\nend\n"
+	lib := "local K = 1\n" + a + b + c + d + e + hook
+	got := shake(lib, "return b()\n", "return d()\n")
+	want := "local K = 1\n" + a + b + e + hook + "return b()\n" + c + d + "return d()\n"
 	if got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
 	}
-	if got := withContended("return 1\n", "F\n", "S\n"); got != "F\nS\nreturn 1\n" {
-		t.Fatalf("without the mark: %q", got)
+	// A helper without the shape: the library goes whole, first.
+	for _, odd := range []string{"local function x()\n  return 1\n", "local function x() return 1 end\nlocal y = x()\nend\n",
+		"local function x()\nreturn 1\nend\n"} {
+		if got := shake(odd, "return 2\n"); got != odd+"return 2\n" {
+			t.Fatalf("%q shaken: %q", odd, got)
+		}
+	}
+}
+
+// Every library has the shape shake relies on, and cuts into units that put
+// back together give it unchanged: no script is sent with its whole library
+// because a helper lost its closing line.
+func TestShakeKeepsShape(t *testing.T) {
+	for name, lib := range map[string]string{"publish_lib.lua": publishLibSrc, "fence_lib.lua": fenceLibOnly,
+		"queue_lib.lua": queueLibOnly, "mutex_lib.lua": mutexLibOnly, "rw_lib.lua": rwLibOnly,
+		"sem_lib.lua": semLibOnly, "queue_inspect_lib.lua": queueInspectLibOnly} {
+		units, ok := splitLibrary(lib)
+		if !ok {
+			t.Fatalf("%s: a helper has no closing \"end\" line", name)
+		}
+		var back strings.Builder
+		helpers := 0
+		for _, u := range units {
+			back.WriteString(u.text)
+			if u.name != "" {
+				helpers++
+			}
+		}
+		if back.String() != lib {
+			t.Fatalf("%s does not come back whole from its units", name)
+		}
+		if want := strings.Count(lib, "\nlocal function ") + map[bool]int{true: 1}[strings.HasPrefix(lib, "local function ")]; helpers != want {
+			t.Fatalf("%s: %d helpers found, want %d", name, helpers, want)
+		}
+	}
+}
+
+// Names in comments and string literals are not calls.
+func TestIdentifiers(t *testing.T) {
+	got := identifiers("local x = f('g(') -- h()\nreturn \"i\\\"j\" .. k --[[ l ]] .. m\n")
+	for _, name := range []string{"local", "x", "f", "return", "k", "m"} {
+		if !got[name] {
+			t.Errorf("%s not found", name)
+		}
+	}
+	for _, name := range []string{"g", "h", "i", "j", "l"} {
+		if got[name] {
+			t.Errorf("%s found, but it is in a comment or a string", name)
+		}
 	}
 }
 
@@ -38,12 +91,19 @@ func TestMutexScriptsMarkTheirUncontendedPath(t *testing.T) {
 			}
 		}
 	}
+	for name, body := range map[string]string{"Acquire": acquireSrc, "Release": releaseSrc} {
+		above, _, _ := strings.Cut(body, contendedMark)
+		src := shake(mutexLibSrc, scriptBegin+above)
+		if strings.Contains(src, "local function queue_") || strings.Contains(src, "local function mutex_") {
+			t.Errorf("%s makes a queue or Mutex helper on its uncontended path", name)
+		}
+	}
 	for name, src := range map[string]string{"Acquire": acquireScriptSrc, "Release": releaseScriptSrc} {
-		if strings.Contains(src, "\n"+contendedMark) {
+		if strings.Contains(src, contendedMark) {
 			t.Errorf("%s keeps its mark", name)
 		}
-		if i, j := strings.Index(src, "local function queue_first("), strings.Index(src, "local function fence_tokens("); i < 0 || j < 0 || i < j {
-			t.Errorf("%s: the queue library should come after the fence library", name)
+		if !strings.Contains(src, "local function queue_first(") || !strings.Contains(src, "local function mutex_handoff(") {
+			t.Errorf("%s lacks the helpers of its contended path", name)
 		}
 	}
 }

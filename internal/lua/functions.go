@@ -15,7 +15,9 @@ import (
 )
 
 // Redis runs a script's whole source at every EVALSHA, and each library
-// function the source defines is a closure made anew, used or not. The
+// function the source defines is a closure made anew, used or not (each
+// script carries only the helpers it can call, shake.go, but a contended
+// Mutex release still makes 35). The
 // scripts of a lock kind are therefore also one Redis function library
 // (FUNCTION LOAD, Redis 7): the libraries are made once per server, and a
 // call (FCALL) runs only its script's body: 16 goroutines locking names of

@@ -76,36 +76,37 @@ var (
 	semLibSrc   = queueLibSrc + semLibOnly
 )
 
-// script is the source of a script as EVAL runs it: the libraries it uses,
-// then its body, which begins its call (script_begin, publish_lib.lua).
-func script(libs, body string) string { return libs + scriptBegin + body }
+// script is the source of a script as EVAL runs it: the helpers of libs
+// that body can reach (see shake), then body, which begins its call
+// (script_begin, publish_lib.lua).
+func script(libs, body string) string { return contended(libs, body) }
 
 const scriptBegin = "script_begin()\n"
 
 // contendedMark is a line of a script below which only its contended paths
-// run: the libraries that only those paths use are put there, so that a call
-// that returns above it (an uncontended Lock or Unlock) never makes their
-// functions. Redis runs a script's whole source at every call, and each
-// function it defines is a closure made anew, used or not: about 0.17us each
-// (an empty script took 2.4-2.7us with redis-benchmark, one behind the
-// Mutex's 38 library functions 8.7-10.9us).
+// run: the helpers that only those paths use are made there, so that a call
+// that returns above it (an uncontended Lock or Unlock) never makes them.
+// Redis runs a script's whole source at every call, and each function it
+// defines is a closure made anew, used or not: about 0.17us each (an empty
+// script took 2.4-2.7us with redis-benchmark, one behind the Mutex's 38
+// library functions 8.7-10.9us).
 const contendedMark = "--@contended\n"
 
-// withContended is body with fast prepended and slow put at its
-// contendedMark (prepended after fast when body has none).
-func withContended(body, fast, slow string) string {
-	if i := strings.Index(body, contendedMark); i >= 0 {
-		return fast + body[:i] + slow + body[i+len(contendedMark):]
+// contended is body, begun by script_begin, with the helpers of lib that its
+// part above its contendedMark can reach put before it, and those that only
+// the part below can reach put at the mark.
+func contended(lib, body string) string {
+	if above, below, ok := strings.Cut(body, contendedMark); ok {
+		return shake(lib, scriptBegin+above, below)
 	}
-	return fast + slow + body
+	return shake(lib, scriptBegin+body)
 }
 
 // The Mutex's acquire and release scripts, with their uncontended paths
-// above their contendedMark: those use publish_lib.lua and fence_lib.lua
-// only.
+// above their contendedMark.
 var (
-	acquireScriptSrc = withContended(scriptBegin+acquireSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
-	releaseScriptSrc = withContended(scriptBegin+releaseSrc, fenceLibSrc, queueLibOnly+mutexLibOnly)
+	acquireScriptSrc = contended(mutexLibSrc, acquireSrc)
+	releaseScriptSrc = contended(mutexLibSrc, releaseSrc)
 )
 
 // Scripts of the reentrant Mutex. Those that touch its waiter queue share the

@@ -1,7 +1,8 @@
 -- mutex_lib: the Mutex's hand-off; put in its scripts after publish_lib.lua,
--- queue_lib.lua and fence_lib.lua at build time (in acquire.lua and
--- release.lua, with queue_lib.lua, at their '--@contended' line: see
--- lua.go), so it declares functions only and touches no key.
+-- queue_lib.lua and fence_lib.lua at build time (each script carries the
+-- helpers it can call; in acquire.lua and release.lua, those of their
+-- contended paths at their '--@contended' line: see lua.go and shake.go),
+-- so it declares functions only and touches no key.
 --
 -- A lock that becomes free while waiters are queued (see queue_lib.lua) is
 -- never left free: it is handed to the head waiter in the same script

@@ -112,8 +112,9 @@ if left <= 0 and not queued and ARGV[8] == '' and not message then
   redis.call('SET', latch, '0', 'PX', ARGV[6])
   return {0}
 end
--- Below, the contended paths: queue_lib.lua and mutex_lib.lua are put at
--- the next line (see contendedMark in lua.go), made only by calls that get there.
+-- Below, the contended paths: the helpers only they call (the queue's and
+-- the hand-off's) are made at the next line (see contended in lua.go), by
+-- calls that get there.
 --@contended
 -- The first waiter, read only when someone may be queued (LOCK_QUEUED).
 local first = left <= 0 and (queued and queue_first(q) or {})
