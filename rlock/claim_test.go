@@ -275,10 +275,21 @@ func (w *workerProc) line(what string) string {
 	return ""
 }
 
+// signal sends sig to the worker; a SIGSTOP returns once every thread of
+// the worker is stopped, so that it can take nothing that comes after (a
+// thread still runnable on a loaded machine would: a grant read and taken
+// up, the claim then lapsing during the pause).
 func (w *workerProc) signal(sig syscall.Signal) {
 	w.t.Helper()
 	if err := w.cmd.Process.Signal(sig); err != nil {
 		w.t.Fatal(err)
+	}
+	if sig == syscall.SIGSTOP {
+		ctx, cancel := context.WithTimeout(context.Background(), ftPatience)
+		defer cancel()
+		if err := redistest.WaitStopped(ctx, w.cmd.Process.Pid); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 }
 
