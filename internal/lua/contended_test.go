@@ -119,3 +119,50 @@ func TestContendedLibrariesHaveNoCallHooks(t *testing.T) {
 		}
 	}
 }
+
+// A helper put at a script's contendedMark sees the locals its part above
+// the mark declared, where the whole library before the script saw only the
+// library's: none may take the name of a library helper or variable.
+func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
+	library := map[string]bool{}
+	for _, u := range mustSplit(t, mutexLibSrc) {
+		if u.name != "" {
+			library[u.name] = true
+			continue
+		}
+		for _, line := range strings.Split(u.text, "\n") {
+			if decl, ok := strings.CutPrefix(line, "local "); ok {
+				names, _, _ := strings.Cut(decl, "=")
+				for _, n := range strings.Split(names, ",") {
+					library[strings.TrimSpace(n)] = true
+				}
+			}
+		}
+	}
+	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc} {
+		above, _, _ := strings.Cut(body, contendedMark)
+		for _, line := range strings.Split(above, "\n") {
+			decl, ok := strings.CutPrefix(strings.TrimSpace(line), "local ")
+			if !ok {
+				continue
+			}
+			decl = strings.TrimPrefix(decl, "function ")
+			names, _, _ := strings.Cut(decl, "=")
+			names, _, _ = strings.Cut(names, "(")
+			for _, n := range strings.Split(names, ",") {
+				if library[strings.TrimSpace(n)] {
+					t.Errorf("%s declares %q above its mark, a name of the library", name, strings.TrimSpace(n))
+				}
+			}
+		}
+	}
+}
+
+func mustSplit(t *testing.T, lib string) []libUnit {
+	t.Helper()
+	units, ok := splitLibrary(lib)
+	if !ok {
+		t.Fatal("the library does not have the shape shake relies on")
+	}
+	return units
+}
