@@ -125,7 +125,7 @@ func TestContendedLibrariesHaveNoCallHooks(t *testing.T) {
 // library's: none may take the name of a library helper or variable.
 func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
 	library := map[string]bool{}
-	for _, u := range mustSplit(t, mutexLibSrc) {
+	for _, u := range mustSplit(t, mutexLibSrc+rwLibOnly) {
 		if u.name != "" {
 			library[u.name] = true
 			continue
@@ -139,7 +139,7 @@ func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
 			}
 		}
 	}
-	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc} {
+	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc, "rw_acquire.lua": rwAcquireSrc} {
 		above, _, _ := strings.Cut(body, contendedMark)
 		for _, line := range strings.Split(above, "\n") {
 			decl, ok := strings.CutPrefix(strings.TrimSpace(line), "local ")

@@ -114,6 +114,10 @@ if ARGV[10] == '' and found == 0 then
   end
   return {1, rw_grant_writer(owner, lease, lease), 1}
 end
+-- Below, the contended paths: the helpers only they call (the queue's and
+-- the grants') are made at the next line (see contended in lua.go), by calls
+-- that get there.
+--@contended
 local readers = rw_reclaim(now)
 
 -- The hold of this owner, if it has one: granted while it was queued (its
