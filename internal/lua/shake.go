@@ -1,6 +1,9 @@
 package lua
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // Redis runs an EVAL script's whole source at every call, and every
 // `local function` it defines is a closure made anew, called or not (see
@@ -65,6 +68,32 @@ func splitLibrary(lib string) (units []libUnit, ok bool) {
 	return units, true
 }
 
+// splitOnce is splitLibrary, done once per library: every script of a lock
+// kind shakes the same library (at package initialisation).
+func splitOnce(lib string) ([]libUnit, bool) {
+	splits.mu.Lock()
+	defer splits.mu.Unlock()
+	if s, ok := splits.m[lib]; ok {
+		return s.units, s.ok
+	}
+	units, ok := splitLibrary(lib)
+	if splits.m == nil {
+		splits.m = make(map[string]split)
+	}
+	splits.m[lib] = split{units, ok}
+	return units, ok
+}
+
+type split struct {
+	units []libUnit
+	ok    bool
+}
+
+var splits struct {
+	mu sync.Mutex
+	m  map[string]split
+}
+
 // helperName returns the name of the helper that line opens, if it opens one.
 func helperName(line string) (string, bool) {
 	rest, ok := strings.CutPrefix(line, "local function ")
@@ -82,7 +111,7 @@ func helperName(line string) (string, bool) {
 // helper made before a later part needs it. When lib does not have the shape
 // shake relies on, every unit goes before parts[0].
 func shake(lib string, parts ...string) string {
-	units, ok := splitLibrary(lib)
+	units, ok := splitOnce(lib)
 	if !ok {
 		return lib + strings.Join(parts, "")
 	}
@@ -108,6 +137,7 @@ func shake(lib string, parts ...string) string {
 		}
 	}
 	var out strings.Builder
+	out.Grow(len(lib) + len(strings.Join(parts, "")))
 	placed := make([]bool, len(units))
 	for _, part := range parts {
 		reach(identifiers(part))
