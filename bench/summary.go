@@ -157,6 +157,14 @@ func (r *Report) printFloorComparison(w io.Writer) {
 
 // printIssueSummary prints the figures issue #10 is stated against.
 func (r *Report) printIssueSummary(w io.Writer) {
+	r.printThroughputSummary(w)
+	r.printHandoffSummary(w)
+	r.printBlockedSummary(w)
+}
+
+// printThroughputSummary prints the fleet and hand-off points' throughput,
+// commands and Redis CPU against the best and cheapest peers.
+func (r *Report) printThroughputSummary(w io.Writer) {
 	rows := [][]string{{"point", "rlock acq/s", "best peer", "acq/s", "rlock x", "sem x", "rlock jain", "cmd/acq rlock", "fewest peer", "cpu/1k rlock", "cheapest peer"}}
 	for _, p := range r.Points {
 		if p.Scenario != "fleet" && p.Scenario != "fleet-inproc" && p.Scenario != "handoff-xproc" {
@@ -183,7 +191,11 @@ func (r *Report) printIssueSummary(w io.Writer) {
 	if len(rows) > 1 {
 		printRows(w, rows)
 	}
+}
 
+// printHandoffSummary prints the hand-off between processes against the
+// pub/sub floor and the floors after a turn's idle.
+func (r *Report) printHandoffSummary(w io.Writer) {
 	_, _, f50, f99 := r.floors()
 	for _, p := range r.Points {
 		if p.Scenario != "handoff-xproc" || f50 == 0 {
@@ -231,6 +243,10 @@ func (r *Report) printIssueSummary(w io.Writer) {
 			}
 		}
 	}
+}
+
+// printBlockedSummary prints what a blocked waiter costs Redis.
+func (r *Report) printBlockedSummary(w io.Writer) {
 	for _, p := range r.Points {
 		if p.Scenario != "blocked" {
 			continue
