@@ -292,7 +292,7 @@ func TestACLRefusedRWAndSemaphoreLeaveNothing(t *testing.T) {
 func TestACLRefusedPublishRWAndSemaphore(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, holders string // holders: the key whose fields are the holders
+		name, holders string // holders: the key whose fields (or zset members) are the holders
 		take          func(ctx context.Context, c *rlock.Client) (release func() error, err error)
 	}{
 		{"rw", "rlock:{refused-publish-rw}:rw", func(ctx context.Context, c *rlock.Client) (func() error, error) {
@@ -300,7 +300,7 @@ func TestACLRefusedPublishRWAndSemaphore(t *testing.T) {
 			lc, err := m.Lock(ctx)
 			return func() error { return m.Unlock(lc) }, err
 		}},
-		{"semaphore", "rlock:{refused-publish-semaphore}:sem:counts", func(ctx context.Context, c *rlock.Client) (func() error, error) {
+		{"semaphore", "rlock:{refused-publish-semaphore}:sem:permits", func(ctx context.Context, c *rlock.Client) (func() error, error) {
 			s := semaphore.New(c, "refused-publish-semaphore", semaphore.WithLimit(1))
 			pc, err := s.Acquire(ctx, 1)
 			return func() error { return s.Release(pc) }, err
@@ -325,14 +325,20 @@ func TestACLRefusedPublishRWAndSemaphore(t *testing.T) {
 				r, err := tc.take(ctx, other)
 				waiting <- result{r, err}
 			}()
-			queue := strings.TrimSuffix(tc.holders, ":counts") + ":queue"
+			queue := strings.TrimSuffix(tc.holders, ":permits") + ":queue"
+			holders := func() ([]string, error) {
+				if strings.HasSuffix(tc.holders, ":permits") {
+					return hkeysOwners(admin.Do(ctx, admin.B().Zrange().Key(tc.holders).Min("0").Max("-1").Build()))
+				}
+				return hkeysOwners(admin.Do(ctx, admin.B().Hkeys().Key(tc.holders).Build()))
+			}
 			eventually(t, 10*time.Second, "the waiter never queued", func() bool {
 				n, err := admin.Do(ctx, admin.B().Zcard().Key(queue).Build()).AsInt64()
 				return err == nil && n > 0
 			})
-			before, err := hkeysOwners(admin.Do(ctx, admin.B().Hkeys().Key(tc.holders).Build()))
+			before, err := holders()
 			if err != nil || len(before) == 0 {
-				t.Fatalf("HKEYS %s while held = %q, %v", tc.holders, before, err)
+				t.Fatalf("holders %s while held = %q, %v", tc.holders, before, err)
 			}
 			revoke("PUBLISH")
 			err = release()
@@ -341,9 +347,9 @@ func TestACLRefusedPublishRWAndSemaphore(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("release with PUBLISH revoked: %v; want an AbandonError", err)
 			}
-			after, err := hkeysOwners(admin.Do(ctx, admin.B().Hkeys().Key(tc.holders).Build()))
+			after, err := holders()
 			if err != nil || len(after) > 0 && !slices.Equal(after, before) {
-				t.Errorf("HKEYS %s after the refused release = %q, %v; want %q or none: granted to a waiter never told", tc.holders, after, err, before)
+				t.Errorf("holders %s after the refused release = %q, %v; want %q or none: granted to a waiter never told", tc.holders, after, err, before)
 			}
 			if keys := lockKeysWithoutExpiry(t, ctx, admin, name); len(keys) > 0 {
 				t.Errorf("keys left without an expiry: %q", keys)

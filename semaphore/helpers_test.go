@@ -162,6 +162,16 @@ func (e *env) keys() []string {
 	}
 }
 
+// leases returns the permit ids in the permits zset of name.
+func (e *env) leases(name string) []string {
+	e.t.Helper()
+	ids, err := e.raw.Do(e.ctx, e.raw.B().Zrange().Key(e.base(name)+":permits").Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
 func (e *env) hgetall(key string) map[string]string {
 	e.t.Helper()
 	m, err := e.raw.Do(e.ctx, e.raw.B().Hgetall().Key(key).Build()).AsStrMap()

@@ -245,8 +245,9 @@ func TestIdleKeysExpire(t *testing.T) {
 	const name = "idle"
 	const watchdog = 300 * time.Millisecond
 	c, proxy := e.proxied(rlock.WithWatchdogTimeout(watchdog))
-	s := semaphore.New(c, name, semaphore.WithLimit(2))
-	redistest.KeepHeld(t, mustAcquire(t, s, e.ctx, 1))
+	s := semaphore.New(c, name, semaphore.WithLimit(3))
+	// Two permits in one lease, so that the counts hash exists too.
+	redistest.KeepHeld(t, mustAcquire(t, s, e.ctx, 2))
 	redistest.KeepHeld(t, mustAcquire(t, s, e.ctx, 1, semaphore.WithLease(300*time.Millisecond)))
 	waitCtx, cancel := context.WithCancel(e.ctx)
 	defer cancel()

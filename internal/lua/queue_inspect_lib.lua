@@ -24,15 +24,16 @@ end
 -- The first max holders of a lock that gives each its own lease, for an
 -- inspection: {id, expiry (server time, ms), count, claim, ...}, from the
 -- zset of leases (id -> expiry, see lease_score) and the hash of counts (id
--- -> count: read holds, permits); claim is '1' when the hold is a claim not
--- yet extended (lease_claimed), else '0'.
+-- -> count: read holds, permits; an id without one holds one, see sem_lib.lua);
+-- claim is '1' when the hold is a claim not yet extended (lease_claimed),
+-- else '0'.
 local function inspect_leases(leases, counts, max)
   local out = {}
   local scored = redis.call('ZRANGE', leases, 0, max - 1, 'WITHSCORES')
   for i = 1, #scored, 2 do
     out[#out + 1] = scored[i]
     out[#out + 1] = string.format('%d', lease_end(scored[i + 1]))
-    out[#out + 1] = redis.call('HGET', counts, scored[i]) or '0'
+    out[#out + 1] = redis.call('HGET', counts, scored[i]) or '1'
     out[#out + 1] = lease_claimed(scored[i + 1]) and '1' or '0'
   end
   return out

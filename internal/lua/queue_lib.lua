@@ -206,12 +206,16 @@ end
 
 -- Records a holder of a kind with leases of their own (an RWMutex reader, a
 -- semaphore permit, see lease_score): member scored score in the leases
--- zset and count in the counts hash, as one step. Should the hash refuse (a
--- key of the wrong type), the zset entry it added is taken back and the
--- error raised: no holder left in a zset without the expiry the caller
--- gives it next. (Here, as every kind with such leases also queues.)
+-- zset and count in the counts hash (unless counts is nil: the kind implies
+-- the count), as one step. Should the hash refuse (a key of the wrong type),
+-- the zset entry it added is taken back and the error raised: no holder left
+-- in a zset without the expiry the caller gives it next. (Here, as every
+-- kind with such leases also queues.)
 local function queue_hold_lease(leases, counts, member, score, count)
   local added = redis.call('ZADD', leases, score, member)
+  if not counts then
+    return
+  end
   local counted = redis.pcall('HSET', counts, member, count)
   if type(counted) == 'table' and counted.err then
     if added == 1 then

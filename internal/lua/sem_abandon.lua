@@ -27,11 +27,12 @@ sem_load()
 if ARGV[2] ~= '' then
   queue_dequeue(semq, ARGV[2])
 end
-local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-if n > 0 then
+local n = 0
+if redis.call('ZSCORE', KEYS[2], id) then
+  local counted
+  n, counted = sem_count(id)
   st.used = math.max(st.used - n, 0)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[2], id)
+  sem_drop(id, counted)
 end
 sem_reclaim(now)
 sem_handoff(now, ARGV[4], ARGV[5], nil, false)

@@ -82,12 +82,11 @@ end
 
 if not fresh then
   -- An id that holds is not queued: the hand-off or the take dequeued it.
-  local held = redis.call('HGET', KEYS[3], id)
-  if held then
+  if redis.call('ZSCORE', KEYS[2], id) then
     local at = now + lease
     redis.call('ZADD', KEYS[2], 'XX', at, id)
     sem_keep_permits(at, false)
-    return finish({1, tonumber(held), 1})
+    return finish({1, sem_count(id), 1})
   end
 end
 

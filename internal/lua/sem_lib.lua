@@ -8,13 +8,16 @@
 --           sem_enqueue); auto
 --           (present when the limit was established by a script from the limit
 --           a Semaphore was configured with, rather than set by TrySetLimit or
---           SetLimit); pexp (the expiry, server time in ms, of the permits zset
---           and counts hash whenever they exist); sexp (the state hash's own
+--           SetLimit); pexp (the expiry, server time in ms, of the permits zset,
+--           and of the counts hash while m is set); m ('1' while the counts
+--           hash may hold a count, see sem_count); sexp (the state hash's own
 --           expiry; absent when the state is permanent)
 --   KEYS[2] permits zset: permit id -> lease expiry (server time, ms); a
 --           grant for a claim window is scored so that it tells (see
 --           lease_score)
---   KEYS[3] counts hash: permit id -> permits it holds
+--   KEYS[3] counts hash: permit id -> permits it holds, for the ids that hold
+--           more than one: an id in the permits zset without a count holds
+--           one, so that a one-permit lease costs the hash nothing
 --   KEYS[4] queue zset, KEYS[5] waiter deadlines zset: the wait queue (see
 --           queue_lib.lua), whose arrival counter is the state hash's seq
 --
@@ -39,7 +42,9 @@
 --
 -- Expiry: every key expires by itself once what it holds has run out, and
 -- scripts set expiries only when they must move, not on every call. The
--- permits zset and counts hash expire at pexp, kept past their last lease
+-- permits zset expires at pexp, and so does the counts hash while m says it
+-- may hold a count (it is given an expiry whenever a count is written in it),
+-- kept past their last lease
 -- (when it must move, it is set SEM_SLACK_MS beyond, so that a busy semaphore
 -- moves it about once a second rather than on every grant); the queue and
 -- deadline zsets expire with their last deadline; the state hash, unless its
@@ -87,7 +92,7 @@ script_begins[#script_begins + 1] = function()
 end
 
 local function sem_load()
-  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q')
+  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q', 'm')
   st = {
     exists = v[1] ~= false or v[2] ~= false or v[4] ~= false or v[5] ~= false,
     limit = tonumber(v[1]),
@@ -97,8 +102,9 @@ local function sem_load()
     sexp = tonumber(v[5]),
     seq = tonumber(v[6]) or 0,
     queued = v[7] == '1',
+    counted = v[8] == '1',
   }
-  st.used0, st.pexp0, st.seq0, st.queued0 = st.used, st.pexp, st.seq, st.queued
+  st.used0, st.pexp0, st.seq0, st.queued0, st.counted0 = st.used, st.pexp, st.seq, st.queued, st.counted
   -- established: the limit sem_establish set, written by sem_save.
   st.established = nil
   -- pinned: the permits zset is known to hold a member whatever used says
@@ -128,10 +134,15 @@ local function sem_available()
   return st.limit and (st.limit - st.used)
 end
 
--- Makes the permits zset and counts hash outlive a lease ending at at. created:
--- the zset was empty (it did not exist) before the member was added.
-local function sem_keep_permits(at, created)
+-- Makes the permits zset, and the counts hash while it may hold a count,
+-- outlive a lease ending at at. created: the zset was empty (it did not
+-- exist) before the member was added. counted: a count was just written,
+-- perhaps in a new hash, which needs an expiry even when pexp stays.
+local function sem_keep_permits(at, created, counted)
   if not created and st.pexp and st.pexp > at then
+    if counted then
+      redis.call('PEXPIREAT', KEYS[3], st.pexp)
+    end
     return
   end
   local target = at + 1 + SEM_SLACK_MS
@@ -141,16 +152,44 @@ local function sem_keep_permits(at, created)
   end
   st.pexp = target
   redis.call('PEXPIREAT', KEYS[2], target)
-  redis.call('PEXPIREAT', KEYS[3], target)
+  if st.counted then
+    redis.call('PEXPIREAT', KEYS[3], target)
+  end
+end
+
+-- The permits held by id, which has a lease in the permits zset, and whether
+-- the counts hash has a count of it (to delete with the lease). Without m,
+-- no holder has a count: m is set by every script that writes one, and
+-- cleared only when no permit is held (sem_save).
+local function sem_count(id)
+  if st.counted then
+    local n = redis.call('HGET', KEYS[3], id)
+    if n then
+      return tonumber(n), true
+    end
+  end
+  return 1, false
+end
+
+-- Takes id's lease out of the permits zset and its count, if it has one, out
+-- of the counts hash. counted: as sem_count returned.
+local function sem_drop(id, counted)
+  redis.call('ZREM', KEYS[2], id)
+  if counted then
+    redis.call('HDEL', KEYS[3], id)
+  end
 end
 
 -- Gives id n permits with a lease ending at at; claimed for a grant of a
--- claim window (see lease_score).
+-- claim window (see lease_score). Only a lease of more than one permit is
+-- counted in the counts hash (see sem_count).
 local function sem_take(id, n, at, claimed)
   local created = st.used <= 0 and not st.pinned
-  queue_hold_lease(KEYS[2], KEYS[3], id, lease_score(at, claimed), n)
+  local counted = n ~= 1
+  queue_hold_lease(KEYS[2], counted and KEYS[3] or nil, id, lease_score(at, claimed), n)
   st.used = st.used + n
-  sem_keep_permits(at, created)
+  st.counted = st.counted or counted
+  sem_keep_permits(at, created, counted)
   if not st.first or at < st.first then
     st.first = at
   end
@@ -202,9 +241,9 @@ local function sem_reclaim(now)
   end
   local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(expired) do
-    st.used = st.used - tonumber(redis.call('HGET', KEYS[3], id) or '0')
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('ZREM', KEYS[2], id)
+    local n, counted = sem_count(id)
+    st.used = st.used - n
+    sem_drop(id, counted)
   end
   st.used = math.max(st.used, 0)
   first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
@@ -299,6 +338,12 @@ local function sem_save(now, horizon)
   end
   if st.queued ~= st.queued0 then
     fields[#fields + 1], fields[#fields + 2] = 'q', st.queued and '1' or '0'
+  end
+  if st.used <= 0 and not st.pinned then
+    st.counted = false -- no holder, so no count that matters
+  end
+  if st.counted ~= st.counted0 then
+    fields[#fields + 1], fields[#fields + 2] = 'm', st.counted and '1' or '0'
   end
   if st.used ~= st.used0 then
     fields[#fields + 1] = 'used'

@@ -102,7 +102,7 @@ if successor ~= '' and not (st.queued and queue_head(semq)) then
   -- served (or told it never can be) as anyone else is.
 end
 
-local n = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+local n, counted = sem_count(id)
 st.used = math.max(st.used - n, 0)
 -- Our permit leaves the zset only after the hand-off, so that a grant does not
 -- re-create it (and its expiry) when ours was the last.
@@ -131,8 +131,7 @@ if denied and st.used == used then
   return denied
 end
 st.pinned = false
-redis.call('ZREM', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
+sem_drop(id, counted)
 if denied then
   sem_save(now, horizon)
   return denied -- released, the rest not handed on: final, not retried
