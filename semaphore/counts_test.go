@@ -127,3 +127,33 @@ func (e *env) leaseOf(name string, n int) string {
 	}
 	return ""
 }
+
+// A state hash written before m existed (every lease counted, no m): a lease
+// of two permits taken then is released as two, not as a one-permit lease.
+func TestCountsOfAnEarlierLayout(t *testing.T) {
+	e := newEnv(t)
+	const name = "earlier"
+	s := semaphore.New(e.client(), name, semaphore.WithLimit(3))
+	one := mustAcquire(t, s, e.ctx, 1)
+	two := mustAcquire(t, s, e.ctx, 2)
+	// What the earlier layout wrote: a count for every lease, and no m.
+	id := e.leaseOf(name, 2)
+	for _, l := range e.leases(name) {
+		if l != id {
+			if err := e.raw.Do(e.ctx, e.raw.B().Hset().Key(e.base(name)+":counts").FieldValue().FieldValue(l, "1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.raw.Do(e.ctx, e.raw.B().Hdel().Key(e.base(name)).Field("m").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, s, two)
+	if st := e.state(s); st.Held != 1 {
+		t.Fatalf("after releasing the lease of two: state %s, want one permit held", stateString(st))
+	}
+	mustRelease(t, s, one)
+	if st := e.state(s); st.Held != 0 {
+		t.Errorf("after every release: state %s, want none held", stateString(st))
+	}
+}

@@ -33,7 +33,10 @@ local function inspect_leases(leases, counts, max)
   for i = 1, #scored, 2 do
     out[#out + 1] = scored[i]
     out[#out + 1] = string.format('%d', lease_end(scored[i + 1]))
-    out[#out + 1] = redis.call('HGET', counts, scored[i]) or '1'
+    -- (A semaphore's counts key may be someone else's when no lease of
+    -- more than one permit is held: see sem_counts_usable.)
+    local count = redis.pcall('HGET', counts, scored[i])
+    out[#out + 1] = type(count) == 'string' and count or '1'
     out[#out + 1] = lease_claimed(scored[i + 1]) and '1' or '0'
   end
   return out

@@ -55,6 +55,9 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
 end
 local now = now_ms()
 sem_load()
+if want ~= '1' and not sem_counts_usable() then
+  return sem_counts_refusal()
+end
 sem_establish(ARGV[8])
 sem_reclaim(now)
 

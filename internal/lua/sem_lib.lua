@@ -102,9 +102,18 @@ local function sem_load()
     sexp = tonumber(v[5]),
     seq = tonumber(v[6]) or 0,
     queued = v[7] == '1',
-    counted = v[8] == '1',
+    -- A state hash without m was written before m existed, when every
+    -- lease had a count: while permits are held, look them up.
+    counted = v[8] == '1' or (v[8] == false and tonumber(v[2] or '0') > 0),
   }
-  st.used0, st.pexp0, st.seq0, st.queued0, st.counted0 = st.used, st.pexp, st.seq, st.queued, st.counted
+  st.used0, st.pexp0, st.seq0, st.queued0 = st.used, st.pexp, st.seq, st.queued
+  -- (nil when m is missing, so that sem_save writes it.)
+  st.counted0 = nil
+  if v[8] then
+    st.counted0 = st.counted
+  end
+  -- counts_ok: what sem_counts_usable found.
+  st.counts_ok = nil
   -- established: the limit sem_establish set, written by sem_save.
   st.established = nil
   -- pinned: the permits zset is known to hold a member whatever used says
@@ -163,12 +172,31 @@ end
 -- cleared only when no permit is held (sem_save).
 local function sem_count(id)
   if st.counted then
-    local n = redis.call('HGET', KEYS[3], id)
-    if n then
+    -- (A key of another kind there holds no count: see sem_counts_usable.)
+    local n = redis.pcall('HGET', KEYS[3], id)
+    if type(n) == 'string' then
       return tonumber(n), true
     end
   end
   return 1, false
+end
+
+-- Whether the counts hash can take a count: missing, or a hash. Someone
+-- else's key of another kind there fails every lease of more than one permit
+-- before anything changes (see sem_acquire.lua and sem_fits); one-permit
+-- leases never touch it. Looked up once per call.
+local function sem_counts_usable()
+  if st.counts_ok == nil then
+    local t = redis.call('TYPE', KEYS[3])['ok']
+    st.counts_ok = t == 'none' or t == 'hash'
+  end
+  return st.counts_ok
+end
+
+-- The error of a lease of more than one permit that the counts hash cannot
+-- count (see sem_counts_usable).
+local function sem_counts_refusal()
+  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a key of another kind, so the semaphore cannot count a lease of more than one permit; nothing was changed')
 end
 
 -- Takes id's lease out of the permits zset and its count, if it has one, out
@@ -230,7 +258,9 @@ local function sem_reclaim(now)
     -- with nobody looking), the counter is stale.
     if st.used ~= 0 then
       st.used = 0
-      redis.call('DEL', KEYS[3])
+      if st.counted then
+        redis.call('DEL', KEYS[3])
+      end
     end
     st.first = nil
     return
@@ -265,7 +295,7 @@ local function sem_fits(k, id, ask)
     return nil
   end
   n, exact = tonumber(n), tonumber(exact)
-  if not st.limit or n > st.limit or (exact and exact ~= st.limit) then
+  if not st.limit or n > st.limit or (exact and exact ~= st.limit) or (n > 1 and not sem_counts_usable()) then
     return 'never'
   end
   k.n = n

@@ -14,8 +14,9 @@
 -- same.
 -- The new lease is a whole millisecond: a claim's grant renewed is one no
 -- more (see lease_score in publish_lib.lua).
--- The expiries of the lease's keys follow (see sem_lib.lua): the permits zset
--- and counts hash outlive their last lease (pexp), and a state hash that
+-- The expiries of the lease's keys follow (see sem_lib.lua): the permits zset,
+-- and the counts hash while the state's m says it may hold a count, outlive
+-- their last lease (pexp), and a state hash that
 -- expires at all outlives them by the idle bound (sexp); both are raised with
 -- the same slack as there, SEM_SLACK_MS and SEM_IDLE_MS of sem_lib.lua.
 -- A lease is changed only once every key it reads was read without error.
@@ -54,7 +55,7 @@ for i = 1, #KEYS / 3 do
   -- fail on a key read here.
   local expiry = redis.pcall('ZSCORE', permits, id)
   local live = not failed(expiry) and expiry and tonumber(expiry) > now
-  local v = live and redis.pcall('HMGET', state, 'pexp', 'sexp', 'auto', 'limit')
+  local v = live and redis.pcall('HMGET', state, 'pexp', 'sexp', 'auto', 'limit', 'm', 'used')
   if failed(expiry) or failed(v) then
     renewed[i] = -1
   elseif live then
@@ -73,7 +74,11 @@ for i = 1, #KEYS / 3 do
       end
       pexp = target
       redis.call('PEXPIREAT', permits, pexp)
-      redis.call('PEXPIREAT', counts, pexp)
+      -- The counts hash follows only while it may hold a count (see
+      -- sem_count in sem_lib.lua): else the key may be someone else's.
+      if v[5] == '1' or (not v[5] and tonumber(v[6] or '0') > 0) then
+        redis.call('PEXPIREAT', counts, pexp)
+      end
       if v[4] then
         redis.call('HSET', state, 'pexp', pexp)
       end
