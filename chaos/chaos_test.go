@@ -426,12 +426,17 @@ func onLongHolds(r *run, full bool, fault func(ev event, n int)) {
 		case <-r.ctx.Done():
 			return
 		case ev := <-r.entered:
-			// RWMutex: a writer first, then a reader, in turn, each
-			// still in its critical section (one that entered while an
-			// earlier fault went on is skipped: the fault would miss it).
+			// A long hold still in its critical section: one that
+			// entered while an earlier fault went on is skipped, as the
+			// fault would miss it. (Not skipping them, a holder-paused
+			// run could stop one worker again and again, back to back,
+			// on its entries queued meanwhile: 10s and more in all, past
+			// its resource client's ping timeout, which then failed its
+			// write and ended the worker.) RWMutex: a writer first, then
+			// a reader, in turn.
 			rw := r.sc.kind == "rw"
 			fresh := time.Duration(mono()-ev.TAcq) < r.sc.longHold/2
-			if ev.Long && (!rw || (fresh && ev.Write == (n%2 == 0))) {
+			if ev.Long && fresh && (!rw || ev.Write == (n%2 == 0)) {
 				fault(ev, n)
 				n++
 			}
