@@ -42,6 +42,12 @@ func TestACLSweepLeavesNothing(t *testing.T) {
 			pc, err := s.Acquire(ctx, 1)
 			return func(context.Context) error { return s.Release(pc) }, err
 		}},
+		// A lease of more than one permit, which the counts hash counts.
+		{"semaphore-two", func(ctx context.Context, c *rlock.Client, name string) (func(context.Context) error, error) {
+			s := semaphore.New(c, name, semaphore.WithLimit(3))
+			pc, err := s.Acquire(ctx, 2)
+			return func(context.Context) error { return s.Release(pc) }, err
+		}},
 	}
 	// The keyed commands of the rule and TIME; EVALSHA and EVAL refuse a
 	// script before it runs, the pub/sub commands only a wait.

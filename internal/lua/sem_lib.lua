@@ -167,9 +167,10 @@ local function sem_keep_permits(at, created, counted)
 end
 
 -- The permits held by id, which has a lease in the permits zset, and whether
--- the counts hash has a count of it (to delete with the lease). Without m,
--- no holder has a count: m is set by every script that writes one, and
--- cleared only when no permit is held (sem_save).
+-- the counts hash has a count of it (to delete with the lease). Unless m is
+-- set (or missing, see sem_load), no holder has a count: m is set by every
+-- script that writes one, and cleared only when no permit is held
+-- (sem_save).
 local function sem_count(id)
   if st.counted then
     -- (A key of another kind there holds no count: see sem_counts_usable.)
@@ -184,11 +185,13 @@ end
 -- Whether the counts hash can take a count: missing, or a hash. Someone
 -- else's key of another kind there fails every lease of more than one permit
 -- before anything changes (see sem_acquire.lua and sem_fits); one-permit
--- leases never touch it. Looked up once per call.
+-- leases never touch it. Looked up once per call, by an HGET (which the
+-- user may run, see sem_may; TYPE is not in the README's rule): only a key
+-- of another kind makes it fail.
 local function sem_counts_usable()
   if st.counts_ok == nil then
-    local t = redis.call('TYPE', KEYS[3])['ok']
-    st.counts_ok = t == 'none' or t == 'hash'
+    local r = redis.pcall('HGET', KEYS[3], '')
+    st.counts_ok = not (type(r) == 'table' and r.err)
   end
   return st.counts_ok
 end
@@ -196,7 +199,7 @@ end
 -- The error of a lease of more than one permit that the counts hash cannot
 -- count (see sem_counts_usable).
 local function sem_counts_refusal()
-  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a key of another kind, so the semaphore cannot count a lease of more than one permit; nothing was changed')
+  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' is a key of another kind, so the semaphore cannot count a lease of more than one permit; nothing was changed')
 end
 
 -- Takes id's lease out of the permits zset and its count, if it has one, out
