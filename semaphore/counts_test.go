@@ -62,9 +62,7 @@ func TestCountsOnlyForLeasesOfMorePermits(t *testing.T) {
 		mustRelease(t, s, p)
 		return true
 	})
-	if st := e.state(s); st.Held != 0 {
-		t.Errorf("state after every lease ended = %s, want none held", stateString(st))
-	}
+	e.wantHeld(s, 0, "every lease ended")
 	if h := e.hgetall(counts); len(h) != 0 {
 		t.Errorf("counts hash after every lease ended = %v, want empty", h)
 	}
@@ -107,13 +105,9 @@ func TestCountOutlivesMovedExpiry(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling a negative condition over a span
 	}
 	mustRelease(t, renewed, two)
-	if st := e.state(other); st.Held != 1 {
-		t.Fatalf("state after releasing the lease of two = %s, want the other's one permit held", stateString(st))
-	}
+	e.wantHeld(other, 1, "releasing the lease of two")
 	mustRelease(t, other, one)
-	if st := e.state(other); st.Held != 0 {
-		t.Errorf("state after every release = %s, want none held", stateString(st))
-	}
+	e.wantHeld(other, 0, "every release")
 }
 
 // leaseOf returns the permit id of name's lease of n permits: the one the
@@ -149,11 +143,15 @@ func TestCountsOfAnEarlierLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRelease(t, s, two)
-	if st := e.state(s); st.Held != 1 {
-		t.Fatalf("after releasing the lease of two: state %s, want one permit held", stateString(st))
-	}
+	e.wantHeld(s, 1, "releasing the lease of two")
 	mustRelease(t, s, one)
-	if st := e.state(s); st.Held != 0 {
-		t.Errorf("after every release: state %s, want none held", stateString(st))
+	e.wantHeld(s, 0, "every release")
+}
+
+// wantHeld fails the test unless s's state counts n permits held.
+func (e *env) wantHeld(s *semaphore.Semaphore, n int64, after string) {
+	e.t.Helper()
+	if st := e.state(s); st.Held != n {
+		e.t.Fatalf("after %s: state %s, want %d permit(s) held", after, stateString(st), n)
 	}
 }
