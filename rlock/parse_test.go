@@ -26,6 +26,8 @@ func TestParseAcquireReply(t *testing.T) {
 		{[]int64{0, 20, 1795339258522917}, acquireReply{status: 0, wait: 20, fence: 1795339258522917}},
 		{[]int64{-1}, acquireReply{status: -1}},
 		{[]int64{-2}, acquireReply{status: -2}},
+		// The uncontended take's one number: its token.
+		{[]int64{7}, acquireReply{status: 1, token: 7, last: 7, count: 1}},
 	}
 	for _, tc := range good {
 		got, err := parseAcquireReply(tc.in)
@@ -33,7 +35,7 @@ func TestParseAcquireReply(t *testing.T) {
 			t.Errorf("parseAcquireReply(%v) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, in := range [][]int64{nil, {}, {1}, {1, 7}, {1, 7, 1}, {1, 7, 1, 7}, {1, -3, 1, 1, 0}, {1, 7, 0, 7, 0}, {1, 7, 1, 6, 0},
+	for _, in := range [][]int64{nil, {}, {0}, {1, 7}, {1, 7, 1}, {1, 7, 1, 7}, {1, -3, 1, 1, 0}, {1, 7, 0, 7, 0}, {1, 7, 1, 6, 0},
 		{1, 7, 1, 7, -1}, {0, -2, 0}, {0, 5, -1}, {0, 5}, {-1, 0}, {-2, 1, 1}, {2, 1, 1}, {-3}, {1, 7, 1, 7, 1, 1}} {
 		if got, err := parseAcquireReply(in); err == nil {
 			t.Errorf("parseAcquireReply(%v) = %+v, want an error", in, got)

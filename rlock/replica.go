@@ -112,7 +112,7 @@ func notReplicated(ctx context.Context, c *core.Client, acked int64) error {
 // lock may be held.
 func acquireAcked(ctx context.Context, c *core.Client, keys, args []string, persist bool) (r acquireReply, acked int64, err error) {
 	acked, err = c.RunAcked(ctx, lua.AcquireOn, keys, args, persist, func(res rueidis.RedisResult) (bool, error) {
-		vals, err := res.AsIntSlice()
+		vals, err := lua.Ints(res)
 		if err != nil {
 			return false, err
 		}

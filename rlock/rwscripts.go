@@ -124,7 +124,7 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 		// finds it, sets its lease afresh (a write of this connection).
 		var r rwAcquireReply
 		acked, err := c.RunAcked(ctx, lua.RWAcquireOn, keys, args, a.persist, func(res rueidis.RedisResult) (bool, error) {
-			vals, err := res.AsIntSlice()
+			vals, err := lua.Ints(res)
 			if err != nil {
 				return false, err
 			}
@@ -134,7 +134,7 @@ func rwAcquireScript(ctx context.Context, c *core.Client, k rwKeys, a rwAcquireA
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.RWAcquire.Exec(ctx, c.Scripts, keys, args).AsIntSlice()
+	vals, err := lua.Ints(lua.RWAcquire.Exec(ctx, c.Scripts, keys, args))
 	if err != nil {
 		return rwAcquireReply{}, err
 	}
@@ -154,9 +154,9 @@ func rwReleaseScript(ctx context.Context, c *core.Client, k rwKeys, owner string
 	}
 	resent := flag(req.sent)
 	req.sent = true
-	vals, err := lua.RWRelease.Exec(ctx, c.Scripts, k.with(k.latch(req.id), k.tombstone(owner)),
+	vals, err := lua.Ints(lua.RWRelease.Exec(ctx, c.Scripts, k.with(k.latch(req.id), k.tombstone(owner)),
 		[]string{owner, modeArg(write), ms(lease), publishCommand(ctx, c), k.readCh, k.grantPrefix, latchLifetime(c), tombstone,
-			resent}).AsIntSlice()
+			resent}))
 	if err != nil {
 		return 0, err
 	}

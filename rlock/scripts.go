@@ -65,6 +65,10 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	}
 	r := acquireReply{status: vals[0]}
 	switch {
+	case len(vals) == 1 && vals[0] > 0:
+		// The first hold with a single token, as one number (the
+		// uncontended Lock's reply, see acquire.lua).
+		r = acquireReply{status: 1, token: uint64(vals[0]), count: 1, last: uint64(vals[0])}
 	case r.status == 1 && len(vals) == 5 && vals[1] >= 0 && vals[2] >= 1 && vals[3] >= vals[1] && vals[4] >= 0:
 		r.token, r.count, r.last, r.left = uint64(vals[1]), vals[2], uint64(vals[3]), vals[4]
 	case r.status == 0 && len(vals) == 3 && vals[1] >= -1 && vals[2] >= 0:
@@ -136,7 +140,7 @@ func acquireScript(ctx context.Context, c *core.Client, k keys, a acquireArgs) (
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.Acquire.Exec(ctx, c.Scripts, keys, args).AsIntSlice()
+	vals, err := lua.Ints(lua.Acquire.Exec(ctx, c.Scripts, keys, args))
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -198,9 +202,9 @@ func releaseScriptAnnouncing(ctx context.Context, c *core.Client, k keys, owner 
 	}
 	resent := flag(req.sent)
 	req.sent = true
-	vals, err := lua.Release.Exec(ctx, c.Scripts, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
+	vals, err := lua.Ints(lua.Release.Exec(ctx, c.Scripts, []string{k.lock, k.latch(req.id), k.queue, k.waiters, k.fence, k.seq, k.tombstone(owner)},
 		[]string{owner, ms(lease), publishCommand(ctx, c), k.channel, message, latchLifetime(c), tokenBlockArg,
-			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}).AsIntSlice()
+			entry, ms(recheckCap(c)), tombstone, k.grantPrefix, flag(reserved), resent}))
 	if err != nil {
 		return releaseReply{}, err
 	}

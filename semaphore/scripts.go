@@ -30,8 +30,8 @@ type limitReply struct {
 }
 
 func (s *Semaphore) limitScript(ctx context.Context, mode string, limit int64) (limitReply, error) {
-	vals, err := lua.SemLimit.Exec(ctx, s.c.Scripts, s.keys.common(),
-		[]string{mode, strconv.FormatInt(limit, 10), publishCommand(ctx, s.c), s.keys.grantPrefix, s.limit}).AsIntSlice()
+	vals, err := lua.Ints(lua.SemLimit.Exec(ctx, s.c.Scripts, s.keys.common(),
+		[]string{mode, strconv.FormatInt(limit, 10), publishCommand(ctx, s.c), s.keys.grantPrefix, s.limit}))
 	s.c.NoteError(err)
 	if err != nil {
 		return limitReply{}, err
@@ -88,7 +88,7 @@ func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireRe
 		// write of this connection).
 		var r acquireReply
 		acked, err := s.c.RunAcked(ctx, lua.SemAcquireOn, keys, args, false, func(res rueidis.RedisResult) (bool, error) {
-			vals, err := res.AsIntSlice()
+			vals, err := lua.Ints(res)
 			if err != nil {
 				return false, err
 			}
@@ -99,7 +99,7 @@ func (s *Semaphore) acquireScript(ctx context.Context, a acquireArgs) (acquireRe
 		r.acked = acked
 		return r, err
 	}
-	vals, err := lua.SemAcquire.Exec(ctx, s.c.Scripts, keys, args).AsIntSlice()
+	vals, err := lua.Ints(lua.SemAcquire.Exec(ctx, s.c.Scripts, keys, args))
 	s.c.NoteError(err)
 	if err != nil {
 		return acquireReply{}, err
@@ -160,9 +160,9 @@ func (s *Semaphore) releaseScript(ctx context.Context, id, requestID string, ret
 	if next != nil {
 		entry, reserved = s.entry(next.Owner, "1", s.c.Cfg.WatchdogTimeout, next.Secret), next.Reserved
 	}
-	vals, err := lua.SemRelease.Exec(ctx, s.c.Scripts, s.keys.with(s.keys.latch(requestID)),
+	vals, err := lua.Ints(lua.SemRelease.Exec(ctx, s.c.Scripts, s.keys.with(s.keys.latch(requestID)),
 		[]string{id, publishCommand(ctx, s.c), s.keys.grantPrefix, ms(s.c.Cfg.UnlockTimeout + time.Second), flag(retry),
-			entry, ms(recheckCap(s.c)), flag(reserved), ms(lease)}).AsIntSlice()
+			entry, ms(recheckCap(s.c)), flag(reserved), ms(lease)}))
 	s.c.NoteError(err)
 	if err != nil {
 		return releaseReply{}, err

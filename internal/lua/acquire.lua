@@ -38,7 +38,8 @@
 -- reply was lost) returns the count that attempt reached instead of counting
 -- twice.
 --
--- Returns an array:
+-- Returns its numbers (one string of them, see lock_reply; a lone number as
+-- is), written here as arrays:
 --   {1, token, count, last, left}  acquired (or found already handed to this
 --                      owner while it was queued, and its lease re-set); token
 --                      is the fencing token (0 on re-entry), count the hold
@@ -52,6 +53,9 @@
 --                      if unset, see fence_seen): a hand-off message
 --                      whose tokens are not above it was sent before this call
 --                      and is stale
+--   token              (a positive number alone) acquired as the first hold,
+--                      with the one token asked for (ARGV[8] '1'): {1, token,
+--                      1, token, 0}, in the reply of the common case
 --   {-1}               re-entry asked for, but this owner's hold is gone (lease lost)
 --   {-2}               this owner field was abandoned: the caller gave up on it
 --   a NOPERM error     the user may not run a command this call may run
@@ -75,17 +79,17 @@ if ARGV[3] == '1' then
     -- its connection (WithReplicaAck) then covers the first attempt's writes,
     -- which another connection sent.
     redis.call('SET', KEYS[7], done, 'PX', ARGV[11])
-    return {1, 0, tonumber(done), 0, 0}
+    return lock_reply(1, 0, tonumber(done), 0, 0)
   end
   local held, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
   if not held then
-    return {-1}
+    return -1
   end
   local count = redis.call('HINCRBY', lock, owner, 1)
   redis.call('PEXPIRE', lock, lease)
   fence_lease(fence, lock_last(token, tokens_end), lease)
   redis.call('SET', KEYS[7], count, 'PX', ARGV[11])
-  return {1, 0, count, 0, 0}
+  return lock_reply(1, 0, count, 0, 0)
 end
 
 -- Reads come first. One EXISTS tells the common case: the lock free, no one
@@ -115,7 +119,10 @@ if found == 0 then
     last = fence_tokens(fence, block, lease)
   end
   lock_hold(lock, owner, last - block + 1, lease, lease, nil, block > 1 and last or nil)
-  return {1, last - block + 1, 1, last, 0}
+  if block == 1 then
+    return last
+  end
+  return lock_reply(1, last - block + 1, 1, last, 0)
 end
 -- Below, the contended paths: the helpers only they call (the queue's and
 -- the hand-off's) are made at the next line (see contended in lua.go), by
@@ -125,7 +132,7 @@ local wait = redis.call('PTTL', lock)
 local first = queue_first(q)
 -- What the EXISTS found beyond the lock and the queue is the tombstone.
 if found > (wait == -2 and 0 or 1) + (first[1] and 1 or 0) then
-  return {-2}
+  return -2
 end
 denied = lock_denied(function(c)
   return c('HMGET', lock) and mutex_may(c, lock, q, fence)
@@ -152,7 +159,7 @@ if wait == -2 then
     end
     local last = fence_tokens(fence, block, lease)
     lock_hold(lock, owner, last - block + 1, lease, lease, left > 0, block > 1 and last or nil)
-    return {1, last - block + 1, 1, last, left}
+    return lock_reply(1, last - block + 1, 1, last, left)
   end
 else
   local held = redis.call('HMGET', lock, owner, LOCK_TOKEN)
@@ -163,7 +170,7 @@ else
     -- by an older version). The lease re-set ends a claim (see lock_claimed).
     redis.call('PEXPIRE', lock, lease)
     local token = tonumber(held[2]) or fence_now(fence, lease)
-    return {1, token, tonumber(held[1]), token, redis.call('ZCARD', q.queue)}
+    return lock_reply(1, token, tonumber(held[1]), token, redis.call('ZCARD', q.queue))
   end
 end
 if ARGV[4] == '1' then
@@ -180,4 +187,4 @@ if ARGV[4] == '1' then
     redis.call('HSET', lock, LOCK_QUEUED, 1)
   end
 end
-return {0, wait, fence_seen(fence)}
+return lock_reply(0, wait, fence_seen(fence))

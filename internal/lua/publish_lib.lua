@@ -41,6 +41,15 @@ local function lock_refusal(cmd, key, done)
   return redis.error_reply('NOPERM the Redis user may not run ' .. cmd .. on .. ', which the lock scripts need; ' .. done)
 end
 
+-- A script's reply of several numbers, as one string of them separated by
+-- spaces, which the Client reads as it reads an array (lua.Ints): Redis turns
+-- a table into a reply at several times the cost (it looks up the field of
+-- each special reply type in it). A reply of one number is returned as is.
+-- (%d: a number concatenated as is may print as 1.7e+15.)
+local function lock_reply(...)
+  return string.format(string.rep(' %d', select('#', ...)), ...):sub(2)
+end
+
 -- Before its first write, a script asks Redis whether this user may run
 -- every command it may run after that, on its keys and channels
 -- (redis.acl_check_cmd: no command is run), so that a refusal changes

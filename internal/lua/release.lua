@@ -41,7 +41,8 @@
 -- ARGV[13] '1' when an earlier attempt of this request may have run (a retry
 --          after a lost reply): only then is the result latch read
 --
--- Returns an array:
+-- Returns its numbers (one string of them, as the result latch keeps them,
+-- see lock_reply; a lone number as is), written here as arrays:
 --   {left}              left >= 1: holds left; {0}: the lock was freed (and
 --                       handed on or announced); no successor was named
 --   {-1}                the owner does not hold the lock
@@ -75,15 +76,11 @@ end
 
 local done = ARGV[13] == '1' and redis.call('GET', latch)
 if done then
-  local reply = {}
-  for n in string.gmatch(done, '-?%d+') do
-    reply[#reply + 1] = tonumber(n)
-  end
-  return reply
+  return done
 end
 local count, queued, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
 if not count then
-  return {-1}
+  return -1
 end
 -- The hold's last token, which the counter may not record (see fence_take).
 local hold_last = lock_last(token, tokens_end)
@@ -110,7 +107,7 @@ if left <= 0 and not queued and ARGV[8] == '' and not message then
   redis.call('DEL', lock)
   fence_free(fence, hold_last, lease)
   redis.call('SET', latch, '0', 'PX', ARGV[6])
-  return {0}
+  return 0
 end
 -- Below, the contended paths: the helpers only they call (the queue's and
 -- the hand-off's) are made at the next line (see contended in lua.go), by
@@ -195,8 +192,4 @@ if denied then
   return denied
 end
 redis.call('SET', latch, reply, 'PX', ARGV[6])
-local out = {}
-for n in string.gmatch(reply, '-?%d+') do
-  out[#out + 1] = tonumber(n)
-end
-return out
+return reply

@@ -33,7 +33,8 @@
 -- A re-entry is idempotent per request: a retry whose first attempt ran (its
 -- reply was lost) returns the count that attempt reached.
 --
--- Returns an array:
+-- Returns its numbers (one string of them, see lock_reply; a lone number as
+-- is), written here as arrays:
 --   {1, token, count}  acquired (or found granted to this owner); token is the
 --                      fencing token (a writer's own; a reader gets the last
 --                      writer's), count the hold count; a re-entry's token is 0
@@ -64,7 +65,7 @@ local now = now_ms()
 local function rw_take_read()
   local token = rw_token(lease)
   rw_grant_reader(now, owner, lease)
-  return {1, token, 1}
+  return lock_reply(1, token, 1)
 end
 
 if ARGV[4] == '1' then
@@ -73,25 +74,25 @@ if ARGV[4] == '1' then
     -- Written again so that a WAIT after this call covers the first
     -- attempt's writes (see acquire.lua).
     redis.call('SET', KEYS[9], done, 'PX', ARGV[11])
-    return {1, 0, tonumber(done)}
+    return lock_reply(1, 0, tonumber(done))
   end
   local count
   if mode == 'w' then
     if redis.call('HEXISTS', KEYS[1], owner) == 0 then
-      return {-1}
+      return -1
     end
     count = redis.call('HINCRBY', KEYS[1], owner, 1)
     redis.call('PEXPIRE', KEYS[1], lease)
   else
     rw_reclaim(now)
     if redis.call('HEXISTS', KEYS[3], owner) == 0 then
-      return {-1}
+      return -1
     end
     count = redis.call('HINCRBY', KEYS[3], owner, 1)
     rw_renew_reader(now, owner, lease)
   end
   redis.call('SET', KEYS[9], count, 'PX', ARGV[11])
-  return {1, 0, count}
+  return lock_reply(1, 0, count)
 end
 
 -- One EXISTS of the tombstone and of what holds or waits: none of them
@@ -99,7 +100,7 @@ end
 -- when something exists.
 local found = redis.call('EXISTS', KEYS[8], KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4])
 if found > 0 and redis.call('EXISTS', KEYS[8]) == 1 then
-  return {-2}
+  return -2
 end
 -- No writer holds and no one is queued, and for a writer no reader holds
 -- (not even one whose lease ran out, which only the general path below
@@ -112,7 +113,7 @@ if ARGV[10] == '' and found == 0 then
   if mode == 'r' then
     return rw_take_read()
   end
-  return {1, rw_grant_writer(owner, lease, lease), 1}
+  return lock_reply(1, rw_grant_writer(owner, lease, lease), 1)
 end
 -- Below, the contended paths: the helpers only they call (the queue's and
 -- the grants') are made at the next line (see contended in lua.go), by calls
@@ -127,14 +128,14 @@ local function held()
     local v = redis.call('HMGET', KEYS[1], owner, LOCK_TOKEN)
     if v[1] then
       redis.call('PEXPIRE', KEYS[1], lease)
-      return {1, tonumber(v[2] or '0'), tonumber(v[1])}
+      return lock_reply(1, tonumber(v[2] or '0'), tonumber(v[1]))
     end
   else
     local count = redis.call('HGET', KEYS[3], owner)
     if count then
       local token = rw_token(lease)
       rw_renew_reader(now, owner, lease)
-      return {1, token, tonumber(count)}
+      return lock_reply(1, token, tonumber(count))
     end
   end
   return nil
@@ -148,7 +149,7 @@ if mode == 'r' and ARGV[10] ~= '' then
   -- A writer taking the read lock (to keep it after its write Unlock): no
   -- one else can hold it, and waiters must not stop it.
   if redis.call('HEXISTS', KEYS[1], ARGV[10]) == 0 then
-    return {-1}
+    return -1
   end
   return rw_take_read()
 end
@@ -186,7 +187,7 @@ if free then
     reading = redis.call('ZCARD', KEYS[2]) > 0
   end
   if not reading then
-    return {1, rw_grant_writer(owner, lease, lease), 1}
+    return lock_reply(1, rw_grant_writer(owner, lease, lease), 1)
   end
 end
 
@@ -199,4 +200,4 @@ if ARGV[5] == '1' then
   end
   arrival = queue_enqueue(rwq, entry, recheck)
 end
-return {0, wait, arrival}
+return lock_reply(0, wait, arrival)

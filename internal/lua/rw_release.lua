@@ -22,7 +22,7 @@
 --            is not read (a first attempt cannot find one); else, or when
 --            missing (an older Client), it is
 --
--- Returns {left}: the levels left (0: the hold is gone), or {-1} when the
+-- Returns left, the levels left (0: the hold is gone), or -1 when the
 -- owner holds no such hold (never did, or its lease ran out); a NOPERM error
 -- naming a command the user may not run (PUBLISH on the read channel
 -- included, for the last level): nothing was changed; or, the head of the
@@ -38,7 +38,7 @@ if denied then
 end
 local done = ARGV[9] ~= '0' and redis.call('GET', KEYS[8])
 if done then
-  return {tonumber(done)}
+  return tonumber(done)
 end
 local now = now_ms()
 rw_reclaim(now)
@@ -53,7 +53,7 @@ else
   count = redis.call('HGET', key, owner)
 end
 if not count then
-  return {-1}
+  return -1
 end
 local left = tonumber(count) - 1
 if left <= 0 and not lock_may_publish(ARGV[4], ARGV[5]) then
@@ -82,4 +82,4 @@ else
   end
 end
 redis.call('SET', KEYS[8], left, 'PX', ARGV[7])
-return {left}
+return left

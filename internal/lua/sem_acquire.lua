@@ -27,7 +27,8 @@
 -- ARGV[12]    the waiter's claim window in milliseconds, part of its queue
 --             entry (see sem_lib.lua)
 --
--- Returns an array:
+-- Returns its numbers (one string of them, see lock_reply; a lone number as
+-- is), written here as arrays:
 --   {1, n}      acquired n permits now
 --   {1, n, 1}   the id already held n permits (an earlier request took them
 --               and its reply was lost, or they were handed to it while it
@@ -51,7 +52,7 @@ if denied then
   return denied
 end
 if redis.call('EXISTS', KEYS[6]) == 1 then
-  return {-2}
+  return -2
 end
 local now = now_ms()
 sem_load()
@@ -89,22 +90,22 @@ if not fresh then
     local at = now + lease
     redis.call('ZADD', KEYS[2], 'XX', at, id)
     sem_keep_permits(at, false)
-    return finish({1, sem_count(id), 1})
+    return finish(lock_reply(1, sem_count(id), 1))
   end
 end
 
 if not st.limit then
   leave()
-  return finish({-4})
+  return finish(-4)
 end
 if ARGV[9] == '1' and st.limit ~= tonumber(ARGV[8]) then
   leave()
-  return finish({-5, st.limit})
+  return finish(lock_reply(-5, st.limit))
 end
 local n = tonumber(want)
 if want ~= 'all' and n > st.limit then
   leave()
-  return finish({-3, st.limit})
+  return finish(lock_reply(-3, st.limit))
 end
 
 -- Permits free now go to those queued first (a lease ran out, or a hand-off
@@ -127,7 +128,7 @@ if n > 0 and avail >= n and mine ~= false then
     -- Permits may remain for the next in line.
     sem_handoff(now, publish, prefix, nil, false)
   end
-  return finish({1, n})
+  return finish(lock_reply(1, n))
 end
 
 local wait = -1
@@ -135,7 +136,7 @@ if st.first then
   wait = math.max(st.first - now, 0)
 end
 if want == 'all' or ARGV[7] ~= '1' then
-  return finish({0, wait, 0})
+  return finish(lock_reply(0, wait, 0))
 end
 
 -- A waiter already queued keeps its arrival number.
@@ -143,4 +144,4 @@ if wait >= 0 then
   recheck = math.min(wait, recheck)
 end
 local arrival, last = sem_enqueue(entry, recheck, fresh and 'fresh' or nil)
-return finish({0, wait, arrival}, last)
+return finish(lock_reply(0, wait, arrival), last)

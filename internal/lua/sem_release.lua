@@ -29,7 +29,8 @@
 --             yet): queued only behind other waiters, never kept for
 -- ARGV[9]     the lease (ms) re-set when the permit is kept (with ARGV[6])
 --
--- Returns an array:
+-- Returns its numbers (one string of them, see lock_reply; a lone number as
+-- is), written here as arrays:
 --   {n}         released n permits (and handed them on); no successor named
 --   {-1}        the id holds none (never acquired, or already released)
 --   {-2}        its lease had already expired (the permits went back to the
@@ -55,23 +56,15 @@ if denied then
   return denied
 end
 
-local function reply(s)
-  local out = {}
-  for n in string.gmatch(s, '-?%d+') do
-    out[#out + 1] = tonumber(n)
-  end
-  return out
-end
-
 if ARGV[5] == '1' then
   local done = redis.call('GET', KEYS[6])
   if done then
-    return reply(done)
+    return done
   end
 end
 local expiry = redis.call('ZSCORE', KEYS[2], id)
 if not expiry then
-  return {-1}
+  return -1
 end
 local now = now_ms()
 sem_load()
@@ -79,13 +72,13 @@ if tonumber(expiry) <= now then
   sem_reclaim(now)
   sem_handoff(now, ARGV[2], ARGV[3], nil, false)
   sem_save(now)
-  return {-2}
+  return -2
 end
 
 local function done(s, horizon)
   sem_save(now, horizon)
   redis.call('SET', KEYS[6], s, 'PX', ARGV[4])
-  return reply(s)
+  return s
 end
 
 local unqueued = false
