@@ -67,13 +67,12 @@ local owner, lease = ARGV[1], ARGV[2]
 
 if ARGV[3] == '1' then
   local denied = lock_denied(function(c)
-    return c('GET', KEYS[7]) and c('SET', KEYS[7]) and
-      c('HMGET', lock) and c('HINCRBY', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease)
+    return c('SET', KEYS[7]) and c('HINCRBY', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease)
   end)
   if denied then
     return denied
   end
-  local done = redis.call('GET', KEYS[7])
+  local done = lock_call('GET', KEYS[7])
   if done then
     -- Written again so that this call writes something: a WAIT after it on
     -- its connection (WithReplicaAck) then covers the first attempt's writes,
@@ -81,7 +80,7 @@ if ARGV[3] == '1' then
     redis.call('SET', KEYS[7], done, 'PX', ARGV[11])
     return lock_reply(1, 0, tonumber(done), 0, 0)
   end
-  local held, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
+  local held, token, tokens_end = unpack(lock_call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
   if not held then
     return -1
   end
@@ -92,20 +91,15 @@ if ARGV[3] == '1' then
   return lock_reply(1, 0, count, 0, 0)
 end
 
--- Reads come first. One EXISTS tells the common case: the lock free, no one
--- queued, no tombstone of this owner field; it has only its counter and hash
--- to write, and checks only those.
-local denied = lock_denied(function(c)
-  return c('EXISTS', lock, q.waiters, KEYS[3]) and c('PTTL', lock) and c('ZRANGE', q.waiters)
-end)
-if denied then
-  return denied
-end
+-- Reads come first, unchecked (lock_call). One EXISTS tells the common case:
+-- the lock free, no one queued, no tombstone of this owner field; it has
+-- only its counter and hash to write, and checks only those.
 local block = tonumber(ARGV[8])
-local found = redis.call('EXISTS', lock, q.waiters, KEYS[3])
+local found = lock_call('EXISTS', lock, q.waiters, KEYS[3])
+local denied
 if found == 0 then
   denied = lock_denied(function(c)
-    return c('TIME') and fence_may(c, fence) and c('HSET', lock) and c('PEXPIRE', lock)
+    return c('SET', fence, '1', 'PXAT', '1', 'GET') and c('HSET', lock) and c('PEXPIRE', lock)
   end)
   if denied then
     return denied
@@ -128,14 +122,14 @@ end
 -- the hand-off's) are made at the next line (see contended in lua.go), by
 -- calls that get there.
 --@contended
-local wait = redis.call('PTTL', lock)
+local wait = lock_call('PTTL', lock)
 local first = queue_first(q)
 -- What the EXISTS found beyond the lock and the queue is the tombstone.
 if found > (wait == -2 and 0 or 1) + (first[1] and 1 or 0) then
   return -2
 end
 denied = lock_denied(function(c)
-  return c('HMGET', lock) and mutex_may(c, lock, q, fence)
+  return c('HMGET', lock) and c('EXISTS', lock) and mutex_may(c, lock, q, fence)
 end)
 if denied then
   return denied

@@ -86,7 +86,7 @@ end
 -- and a write when the counter is ahead.
 local function fence_take(fence, block, keep)
   now_ms()
-  local before = tonumber(redis.call('GET', fence))
+  local before = tonumber(lock_call('GET', fence))
   if before and before > clock_us then
     local last = before + block
     redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))

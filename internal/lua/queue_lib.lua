@@ -125,7 +125,7 @@ end
 -- a read, which a script may make before its check of what it will write
 -- (see lock_denied) to learn whether it has a queue to serve at all.
 local function queue_first(q)
-  return redis.call('ZRANGE', q.waiters, 0, 0, 'WITHSCORES')
+  return lock_call('ZRANGE', q.waiters, 0, 0, 'WITHSCORES')
 end
 
 -- Returns the head entry after forgetting lapsed waiters (whose process

@@ -64,21 +64,14 @@
 local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
 local q = {queue = KEYS[3], waiters = KEYS[4], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
--- Reads come first: a level that is not the last, or a last one with no
--- one queued and no successor (the common case), checks only what it writes.
-local denied = lock_denied(function(c)
-  return c('GET', latch) and c('HMGET', lock) and c('ZRANGE', q.waiters) and
-    c('SET', latch)
-end)
-if denied then
-  return denied
-end
-
-local done = ARGV[13] == '1' and redis.call('GET', latch)
+-- Reads come first, unchecked (lock_call): a level that is not the last, or
+-- a last one with no one queued and no successor (the common case), checks
+-- only what it writes (the latch last of all).
+local done = ARGV[13] == '1' and lock_call('GET', latch)
 if done then
   return done
 end
-local count, queued, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
+local count, queued, token, tokens_end = unpack(lock_call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
 if not count then
   return -1
 end
@@ -97,8 +90,9 @@ if left <= 0 and not queued and ARGV[8] == '' and not message then
   -- No one queued, no successor, nothing to announce: the lock goes (what
   -- the general path below does in this case, before the queue library is
   -- made).
-  denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and c('DEL', lock) and c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET')
+  local denied = lock_denied(function(c)
+    return (ARGV[10] == '0' or c('SET', KEYS[7])) and c('DEL', lock) and
+      c('SET', fence, '1', 'PXAT', '1', 'GET') and c('SET', latch)
   end)
   if denied then
     return denied
@@ -115,17 +109,19 @@ end
 --@contended
 -- The first waiter, read only when someone may be queued (LOCK_QUEUED).
 local first = left <= 0 and (queued and queue_first(q) or {})
+local denied
 if left <= 0 and (ARGV[8] ~= '' or first[1]) then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and mutex_may(c, lock, q, fence, ARGV[8] == '')
+    return c('SET', KEYS[7]) and mutex_may(c, lock, q, fence, ARGV[8] == '') and c('SET', latch)
   end)
 elseif left <= 0 then
   denied = lock_denied(function(c)
-    return c('SET', KEYS[7]) and c('DEL', lock) and c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET')
+    return (ARGV[10] == '0' or c('SET', KEYS[7])) and c('DEL', lock) and
+      c('SET', fence, '1', 'PXAT', '1', 'GET') and c('SET', latch)
   end)
 else
   denied = lock_denied(function(c)
-    return c('HSET', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease)
+    return c('HSET', lock) and c('PEXPIRE', lock) and fence_lease_may(c, fence, lease) and c('SET', latch)
   end)
 end
 if denied then

@@ -47,16 +47,12 @@
 --   {-1}               a re-entry of a hold that is gone, or a read lock under
 --                      a write hold (ARGV[10]) that is gone
 --   {-2}               this owner field was abandoned
---   a NOPERM error     the user may not set the lock's expiry: nothing changed
+--   a NOPERM error     the user may not run a command this call may run
+--                      (named in the error): nothing was changed
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
 local publish, readch, grants = ARGV[7], ARGV[8], ARGV[9]
-local denied = lock_denied(function(c)
-  return rw_may(c) and c('EXISTS', KEYS[8]) and c('GET', KEYS[9]) and
-    c('SET', KEYS[9])
-end)
-if denied then
-  return denied
-end
+-- Reads come first, unchecked (lock_call); each path checks what it may run
+-- from its first write on: the uncontended take only its own writes.
 local now = now_ms()
 
 -- Takes the read lock for owner (count 1, a lease from now); the reply. The
@@ -69,6 +65,12 @@ local function rw_take_read()
 end
 
 if ARGV[4] == '1' then
+  local denied = lock_denied(function(c)
+    return rw_may(c) and c('GET', KEYS[9]) and c('SET', KEYS[9])
+  end)
+  if denied then
+    return denied
+  end
   local done = redis.call('GET', KEYS[9])
   if done then
     -- Written again so that a WAIT after this call covers the first
@@ -98,8 +100,8 @@ end
 -- One EXISTS of the tombstone and of what holds or waits: none of them
 -- (the common case) decides both; the tombstone is looked up apart only
 -- when something exists.
-local found = redis.call('EXISTS', KEYS[8], KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4])
-if found > 0 and redis.call('EXISTS', KEYS[8]) == 1 then
+local found = lock_call('EXISTS', KEYS[8], KEYS[1], KEYS[4], mode == 'w' and KEYS[2] or KEYS[4])
+if found > 0 and lock_call('EXISTS', KEYS[8]) == 1 then
   return -2
 end
 -- No writer holds and no one is queued, and for a writer no reader holds
@@ -110,6 +112,15 @@ end
 -- A read lock under the caller's write hold, ARGV[10], takes the general
 -- path, which checks that hold.)
 if ARGV[10] == '' and found == 0 then
+  local denied = lock_denied(function(c)
+    if mode == 'r' then
+      return rw_read_may(c)
+    end
+    return rw_write_may(c)
+  end)
+  if denied then
+    return denied
+  end
   if mode == 'r' then
     return rw_take_read()
   end
@@ -119,6 +130,10 @@ end
 -- the grants') are made at the next line (see contended in lua.go), by calls
 -- that get there.
 --@contended
+local denied = lock_denied(rw_may)
+if denied then
+  return denied
+end
 local readers = rw_reclaim(now)
 
 -- The hold of this owner, if it has one: granted while it was queued (its

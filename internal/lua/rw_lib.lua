@@ -68,12 +68,43 @@ local function rw_may(c)
     queue_may(c, rwq) and fence_may(c, KEYS[7]) and c('PTTL', KEYS[7])
 end
 
+-- What an uncontended read take runs from its first write on (see
+-- rw_may): the counter's first write when it is made (rw_token), the read
+-- hold (rw_grant_reader) and the expiries kept past it (fence_keep).
+local function rw_read_may(c)
+  local r, n, fence = KEYS[2], KEYS[3], KEYS[7]
+  return c('SET', fence, '1', 'PXAT', '1', 'GET') and c('ZADD', r) and c('ZREM', r) and c('HSET', n) and
+    c('PTTL', r) and c('PEXPIREAT', r) and c('PTTL', n) and c('PEXPIREAT', n) and
+    c('PTTL', fence) and c('PEXPIREAT', fence)
+end
+
+-- What an uncontended write take runs from its first write on: a token
+-- (fence_tokens) and the hold (rw_grant_writer).
+local function rw_write_may(c)
+  return c('SET', KEYS[7], '1', 'PXAT', '1', 'GET') and c('HSET', KEYS[1]) and c('PEXPIRE', KEYS[1])
+end
+
+-- What a release of mode ('r' or 'w') runs from its first write on when no
+-- reader's lease ran out (rw_reclaim drops none) and no one is queued (no
+-- one to serve): its level or its hold, and the expiries kept past a
+-- reader's.
+local function rw_release_may(c, mode)
+  local w, r, n, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[7]
+  if mode == 'w' then
+    return c('HSET', w) and c('PEXPIRE', w) and c('DEL', w) and c('SET', fence, '1', 'NX', 'PXAT', '1')
+  end
+  return c('HSET', n) and c('ZADD', r) and c('ZREM', r) and c('HDEL', n) and
+    c('PTTL', r) and c('PEXPIREAT', r) and c('PTTL', n) and c('PEXPIREAT', n) and
+    c('PTTL', fence) and c('PEXPIREAT', fence)
+end
+
 -- Drops the readers whose lease ran out. Returns what it read of the
 -- readers zset, its first entry with its score ({} when none), when it
 -- dropped none (nil when it did): a caller that changes no reader may pass
--- it to rw_wait instead of a second read.
-local function rw_reclaim(now)
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+-- it to rw_wait instead of a second read. first: that entry, if the caller
+-- just read it.
+local function rw_reclaim(now, first)
+  first = first or redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if not first[1] or tonumber(first[2]) > now then
     return first
   end
@@ -116,11 +147,11 @@ end
 -- counter is set back to: readers share the last writer's token, and the
 -- next writer's is still higher. keep: as for fence_now.
 local function rw_token(keep)
-  local cur = redis.call('GET', KEYS[7])
+  local cur = lock_call('GET', KEYS[7])
   if cur then
     return tonumber(cur)
   end
-  local token = tonumber(redis.call('HGET', KEYS[1], LOCK_TOKEN))
+  local token = tonumber(lock_call('HGET', KEYS[1], LOCK_TOKEN))
   if not token then
     return fence_tokens(KEYS[7], 1, keep)
   end

@@ -25,38 +25,46 @@
 -- Returns left, the levels left (0: the hold is gone), or -1 when the
 -- owner holds no such hold (never did, or its lease ran out); a NOPERM error
 -- naming a command the user may not run (PUBLISH on the read channel
--- included, for the last level): nothing was changed; or, the head of the
--- queue being refused its grant channel, the hold was released and the lock
--- not handed on.
+-- included, for the last level with waiters queued): nothing was changed;
+-- or, the head of the queue being refused its grant channel, the hold was
+-- released and the lock not handed on.
 local owner, mode, lease = ARGV[1], ARGV[2], ARGV[3]
-local denied = lock_denied(function(c)
-  return rw_may(c) and c('GET', KEYS[8]) and c('SET', KEYS[8]) and
-    c('SET', KEYS[9])
-end)
-if denied then
-  return denied
-end
-local done = ARGV[9] ~= '0' and redis.call('GET', KEYS[8])
+-- Reads come first, unchecked (lock_call). A release that finds no reader's
+-- lease run out and no one queued (the common case) checks what it may run
+-- from its first write on; any other the commands of every path.
+local done = ARGV[9] ~= '0' and lock_call('GET', KEYS[8])
 if done then
   return tonumber(done)
 end
 local now = now_ms()
-rw_reclaim(now)
+local readers = lock_call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local lapsed = readers[1] and tonumber(readers[2]) <= now
+local queued = queue_first(rwq)[1]
+local denied = lock_denied(function(c)
+  if lapsed or queued then
+    return rw_may(c) and c('SET', KEYS[8]) and c('SET', KEYS[9])
+  end
+  return rw_release_may(c, mode) and c('SET', KEYS[8]) and (ARGV[8] == '0' or c('SET', KEYS[9]))
+end)
+if denied then
+  return denied
+end
+rw_reclaim(now, readers)
 local key = KEYS[1]
 if mode == 'r' then
   key = KEYS[3]
 end
 local count, token
 if mode == 'w' then
-  count, token = unpack(redis.call('HMGET', key, owner, LOCK_TOKEN))
+  count, token = unpack(lock_call('HMGET', key, owner, LOCK_TOKEN))
 else
-  count = redis.call('HGET', key, owner)
+  count = lock_call('HGET', key, owner)
 end
 if not count then
   return -1
 end
 local left = tonumber(count) - 1
-if left <= 0 and not lock_may_publish(ARGV[4], ARGV[5]) then
+if left <= 0 and queued and not lock_may_publish(ARGV[4], ARGV[5]) then
   -- The last level may have to tell waiters of their grant: refused before
   -- it changes anything, rather than freed with no one told.
   return lock_refusal(lock_publish_name(ARGV[4]), ARGV[5], 'nothing was changed')
@@ -76,7 +84,8 @@ else
   else
     rw_drop_reader(owner)
   end
-  denied = rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6], mode == 'w')
+  -- (With no one queued, as read above, there is no one to serve.)
+  denied = queued and rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6], mode == 'w')
   if denied then
     return denied -- freed, not handed on: final, not retried (no latch)
   end

@@ -45,22 +45,39 @@
 local id, want, lease, recheck = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish, prefix = ARGV[5], ARGV[6]
 local fresh = ARGV[11] == '1'
-local denied = lock_denied(function(c)
-  return sem_may(c) and c('EXISTS', KEYS[6])
-end)
-if denied then
-  return denied
-end
-if redis.call('EXISTS', KEYS[6]) == 1 then
+-- Reads come first, unchecked (lock_call). A first request that finds no one
+-- queued, no lease to reclaim and its permits free, or not to wait for (the
+-- common case), checks what it may run from its first write on; any other
+-- the commands of every path.
+if lock_call('EXISTS', KEYS[6]) == 1 then
   return -2
 end
 local now = now_ms()
 sem_load()
+sem_establish(ARGV[8])
+local first, reclaims = sem_first_lease(now)
+local function plain()
+  if not fresh or st.queued or reclaims or not st.limit or
+    (ARGV[9] == '1' and st.limit ~= tonumber(ARGV[8])) then
+    return false
+  end
+  local avail = st.limit - st.used
+  local n = want == 'all' and avail or tonumber(want)
+  return n <= st.limit and (n > 0 and avail >= n or ARGV[7] ~= '1' or want == 'all')
+end
+local denied = lock_denied(function(c)
+  if plain() then
+    return sem_take_may(c, want)
+  end
+  return sem_may(c)
+end)
+if denied then
+  return denied
+end
 if want ~= '1' and not sem_counts_usable() then
   return sem_counts_refusal()
 end
-sem_establish(ARGV[8])
-sem_reclaim(now)
+sem_reclaim(now, first)
 
 local entry
 if want ~= 'all' then

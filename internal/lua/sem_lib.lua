@@ -84,6 +84,27 @@ local function sem_may(c)
     c('PEXPIREAT', counts) and queue_may(c, semq)
 end
 
+-- What a take that finds no one queued and no lease to reclaim runs from
+-- its first write on (see sem_may): the lease (sem_take, with its count when
+-- want is not '1'), the expiries kept past it, and the state written back
+-- (sem_save); the counts hash's HGET, whose refusal sem_count would read as
+-- no count.
+local function sem_take_may(c, want)
+  local st_key, permits, counts = KEYS[1], KEYS[2], KEYS[3]
+  return c('ZADD', permits) and c('ZREM', permits) and c('PEXPIREAT', permits) and c('ZRANGE', permits) and
+    c('HGET', counts) and (want == '1' or c('HSET', counts)) and c('PEXPIREAT', counts) and
+    c('HSET', st_key) and c('PEXPIREAT', st_key) and c('ZRANGE', semq.waiters)
+end
+
+-- What a release that finds no one queued and names no successor runs from
+-- its first write on: the lease dropped (sem_drop) and the state written back
+-- (sem_save), the counts hash's HGET as for sem_take_may.
+local function sem_release_may(c)
+  local st_key, permits, counts = KEYS[1], KEYS[2], KEYS[3]
+  return c('ZREM', permits) and c('ZRANGE', permits) and c('HGET', counts) and c('HDEL', counts) and
+    c('HSET', st_key) and c('PEXPIREAT', st_key) and c('ZRANGE', semq.waiters)
+end
+
 -- The state hash as read by sem_load, changed in place by the helpers and
 -- written back by sem_save.
 local st
@@ -92,7 +113,7 @@ script_begins[#script_begins + 1] = function()
 end
 
 local function sem_load()
-  local v = redis.call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q', 'm')
+  local v = lock_call('HMGET', KEYS[1], 'limit', 'used', 'auto', 'pexp', 'sexp', 'seq', 'q', 'm')
   st = {
     exists = v[1] ~= false or v[2] ~= false or v[4] ~= false or v[5] ~= false,
     limit = tonumber(v[1]),
@@ -249,13 +270,28 @@ end
 -- script runs long. Sets st.first to the earliest lease left (nil for none).
 -- With no permit counted as held there is nothing to look at: every script
 -- that puts a lease in the permits zset counts it in used in the same step
--- (sem_take), and every one that takes it out uncounts it.
-local function sem_reclaim(now)
+-- (sem_take), and every one that takes it out uncounts it. first: the
+-- earliest lease as sem_first_lease read it, if the caller did.
+-- The permits zset's earliest lease (nil when no permit is counted as held),
+-- read before the script's first write, and whether sem_reclaim, given it,
+-- would change anything.
+local function sem_first_lease(now)
+  if st.used == 0 then
+    return nil, false
+  end
+  local first = lock_call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if not first[1] then
+    return first, st.counted
+  end
+  return first, lease_end(first[2]) <= now
+end
+
+local function sem_reclaim(now, first)
   if st.used == 0 then
     st.first = nil
     return
   end
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  first = first or redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if not first[1] then
     -- Nothing held. When the zset expired as a whole (its last lease ended
     -- with nobody looking), the counter is stale.

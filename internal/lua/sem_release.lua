@@ -49,25 +49,31 @@
 --               the permits were released and no more handed on, and the
 --               successor may be queued)
 local id, successor = ARGV[1], ARGV[6]
-local denied = lock_denied(function(c)
-  return sem_may(c) and c('GET', KEYS[6]) and c('SET', KEYS[6])
-end)
-if denied then
-  return denied
-end
-
+-- Reads come first, unchecked (lock_call). A release that names no successor
+-- and finds no one queued and its own lease still running (the common case)
+-- checks what it may run from its first write on; any other the commands of
+-- every path.
 if ARGV[5] == '1' then
-  local done = redis.call('GET', KEYS[6])
+  local done = lock_call('GET', KEYS[6])
   if done then
     return done
   end
 end
-local expiry = redis.call('ZSCORE', KEYS[2], id)
+local expiry = lock_call('ZSCORE', KEYS[2], id)
 if not expiry then
   return -1
 end
 local now = now_ms()
 sem_load()
+local denied = lock_denied(function(c)
+  if successor == '' and not st.queued and tonumber(expiry) > now then
+    return sem_release_may(c) and c('SET', KEYS[6])
+  end
+  return sem_may(c) and c('SET', KEYS[6])
+end)
+if denied then
+  return denied
+end
 if tonumber(expiry) <= now then
   sem_reclaim(now)
   sem_handoff(now, ARGV[2], ARGV[3], nil, false)
