@@ -234,7 +234,7 @@ func (r *run) check(elapsed time.Duration) result {
 	// either: its write may be accepted (the new holder has not written yet;
 	// the resource orders by token) and its Unlock may succeed (passing the
 	// lock on locally, or keeping it for the Client's next Lock).
-	stale := map[string]bool{}
+	stale, windowPass := map[string]bool{}, map[string]bool{}
 	if r.sc.kind == "mutex" {
 		for _, e := range events {
 			if e.Kind != "op" || e.AcqClass != "" || e.Token == 0 {
@@ -246,6 +246,7 @@ func (r *run) check(elapsed time.Duration) result {
 					res.staleGrants++
 					if time.Duration(e.TAcq-f.end) <= forceUnlockWindow {
 						res.windowPasses++
+						windowPass[e.Owner] = true
 						break
 					}
 					stale[e.Owner] = true
@@ -280,7 +281,7 @@ func (r *run) check(elapsed time.Duration) result {
 			continue
 		}
 		if len(forced) > 0 && r.sc.kind == "mutex" {
-			why, inWindow := forcedOverlap(inside[1:], byOwner, stale, forced)
+			why, inWindow := forcedOverlap(inside[1:], byOwner, stale, windowPass, forced)
 			res.windowPasses += inWindow
 			if why != "" {
 				res.violation("%d inside at once (limit %d) after force-unlocks: %s: %v", len(inside)-1, r.cfg.Limit, why, inside[1:])
@@ -337,8 +338,10 @@ func (r *run) check(elapsed time.Duration) result {
 // forcedOverlap returns why an overlap of the Mutex holders inside is not
 // excused by a force-unlock, or "" when it is: each of them but the one with
 // the highest token lost its lease, holds a lower token, and was not granted
-// the lock after a force-unlock with an older token.
-func forcedOverlap(inside []string, byOwner map[string]event, stale map[string]bool, forced []forceUnlock) (why string, inWindow int) {
+// the lock after a force-unlock with an older token; or is a pass of the
+// window (windowPass: made within forceUnlockWindow of a force-unlock, with
+// a token below it, and counted there), which cannot know either.
+func forcedOverlap(inside []string, byOwner map[string]event, stale, windowPass map[string]bool, forced []forceUnlock) (why string, inWindow int) {
 	var top event
 	for _, owner := range inside {
 		e, ok := byOwner[owner]
@@ -357,6 +360,9 @@ func forcedOverlap(inside []string, byOwner map[string]event, stale map[string]b
 			return fmt.Sprintf("%s (token %d) was granted the lock after a force-unlock with an older token", owner, e.Token), 0
 		case e.Token >= top.Token:
 			return fmt.Sprintf("%s and %s hold the same token %d", owner, top.Owner, e.Token), 0
+		case windowPass[owner]:
+			// Passed on locally after a force-unlock, before its Client
+			// could hear of it, with a token the new holder's is above.
 		case e.Cause != "leaselost" && releasedInWindow(e, forced):
 			// Force-unlocked while inside, it released (passing the lock
 			// on locally) before its Client could hear of it: the
