@@ -87,8 +87,8 @@ end
 -- What a take that finds no one queued and no lease to reclaim runs from
 -- its first write on (see sem_may): the lease (sem_take, with its count when
 -- want is not '1'), the expiries kept past it, and the state written back
--- (sem_save); the counts hash's HGET, whose refusal sem_count would read as
--- no count.
+-- (sem_save); the counts hash's HGET, whose refusal sem_counts_usable would
+-- read as a key of another kind.
 local function sem_take_may(c, want)
   local st_key, permits, counts = KEYS[1], KEYS[2], KEYS[3]
   return c('ZADD', permits) and c('ZREM', permits) and c('PEXPIREAT', permits) and c('ZRANGE', permits) and
@@ -266,12 +266,6 @@ local function sem_enqueue(entry, recheck, look)
   return queue_enqueue(semq, entry, recheck, sem_arrival, look)
 end
 
--- Returns the permits of leases that ended to the pool; bounded per call so no
--- script runs long. Sets st.first to the earliest lease left (nil for none).
--- With no permit counted as held there is nothing to look at: every script
--- that puts a lease in the permits zset counts it in used in the same step
--- (sem_take), and every one that takes it out uncounts it. first: the
--- earliest lease as sem_first_lease read it, if the caller did.
 -- The permits zset's earliest lease (nil when no permit is counted as held),
 -- read before the script's first write, and whether sem_reclaim, given it,
 -- would change anything.
@@ -286,6 +280,12 @@ local function sem_first_lease(now)
   return first, lease_end(first[2]) <= now
 end
 
+-- Returns the permits of leases that ended to the pool; bounded per call so no
+-- script runs long. Sets st.first to the earliest lease left (nil for none).
+-- With no permit counted as held there is nothing to look at: every script
+-- that puts a lease in the permits zset counts it in used in the same step
+-- (sem_take), and every one that takes it out uncounts it. first: the
+-- earliest lease as sem_first_lease read it, if the caller did.
 local function sem_reclaim(now, first)
   if st.used == 0 then
     st.first = nil
