@@ -20,9 +20,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/relockio/relock/internal/measure"
 	"github.com/relockio/relock/rlock"
 	"github.com/relockio/relock/semaphore"
 )
@@ -30,7 +32,7 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6399", "Redis address (loopback)")
 	n := flag.Int("n", 1000, "operations: each takes and gives back one lock")
-	kind := flag.String("kind", "mutex", "mutex (Lock+Unlock), read (RLock+RUnlock), write (RWMutex Lock+Unlock) or sem (one-permit Acquire+Release)")
+	kind := flag.String("kind", "mutex", "mutex (Lock+Unlock), read (RLock+RUnlock), write (RWMutex Lock+Unlock), sem (one-permit Acquire+Release) or spin (the bench's SET NX PX lock with a compare-and-delete release, for comparison)")
 	flag.Parse()
 	if err := run(*addr, *n, *kind); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
@@ -41,7 +43,7 @@ func main() {
 func run(addr string, n int, kind string) error {
 	op, ok := ops[kind]
 	if !ok {
-		return fmt.Errorf("unknown -kind %q: want mutex, read, write or sem", kind)
+		return fmt.Errorf("unknown -kind %q: want mutex, read, write, sem or spin", kind)
 	}
 	ctx := context.Background()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
@@ -54,6 +56,7 @@ func run(addr string, n int, kind string) error {
 		return err
 	}
 	defer c.Close()
+	spin = measure.NewSpinLocker(rc, "scriptcost", 30*time.Second)
 	for i := 0; i < n; i++ {
 		if err := op(ctx, c, fmt.Sprintf("scriptcost-%d", i)); err != nil {
 			return err
@@ -61,6 +64,9 @@ func run(addr string, n int, kind string) error {
 	}
 	return nil
 }
+
+// spin is the peer the bench measures rlock against (see internal/measure).
+var spin *measure.SpinLocker
 
 var ops = map[string]func(ctx context.Context, c *rlock.Client, name string) error{
 	"mutex": func(ctx context.Context, c *rlock.Client, name string) error {
@@ -94,5 +100,12 @@ var ops = map[string]func(ctx context.Context, c *rlock.Client, name string) err
 			return err
 		}
 		return s.Release(pc)
+	},
+	"spin": func(ctx context.Context, _ *rlock.Client, name string) error {
+		unlock, err := spin.Lock(ctx, name)
+		if err != nil {
+			return err
+		}
+		return unlock(ctx)
 	},
 }

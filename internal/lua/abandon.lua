@@ -44,7 +44,7 @@ if ARGV[7] == '1' then
 end
 queue_dequeue(q, queue_entry(owner, ARGV[2], ARGV[10], ARGV[8], ''))
 -- The hold's last token, if the owner holds, which the counter may not
--- record (see fence_take).
+-- record (see fence_lib.lua).
 local hold_last
 local count, token, tokens_end = unpack(redis.call('HMGET', lock, owner, LOCK_TOKEN, LOCK_LAST))
 if count then

@@ -62,6 +62,47 @@
 --                      (named in the error): nothing was changed; or, the
 --                      lock being free, may not publish on the grant channel
 --                      of the waiter queued first: the lock was left free
+-- The common case first, written plainly: a first acquisition of a lock that
+-- is free, that no one waits for, and whose owner field has no tombstone.
+-- Redis runs a script's whole source at every call and makes anew each
+-- helper it defines, and Lua pays for each: above the --@helpers line
+-- below, only the few leaf helpers this part calls are made (see plainMark
+-- in lua.go). It writes nothing unless it takes the lock; anything else (a
+-- re-entry, the lock held or waited for, a tombstone, a command refused or
+-- failing) goes on to the general path below, which reads again and names
+-- what it meets.
+if ARGV[3] == '0' then
+  local lock, fence, lease, block = KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[8])
+  -- The checks of lock_denied, made directly (nil before Redis 7: none).
+  local may = redis.acl_check_cmd
+  if redis.pcall('EXISTS', lock, KEYS[5], KEYS[3]) == 0 and (not may or
+      may('SET', fence, '1', 'PXAT', '1', 'GET') and may('HSET', lock) and may('PEXPIRE', lock)) then
+    local time, counter = redis.pcall('TIME'), redis.pcall('GET', fence)
+    if not time.err and type(counter) ~= 'table' then
+      local now = time[1] * 1000000 + time[2]
+      counter = tonumber(counter)
+      -- Above the clock and the counter (see fence_lib.lua). With a lease of
+      -- FENCE_KEEP_MS or more and the clock ahead of the counter, the hash
+      -- records the tokens, not the counter: a lock taken on a new name is
+      -- one key.
+      local last = math.max(now, counter or 0) + block
+      if lease < FENCE_KEEP_MS or counter and counter > now then
+        redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, lease, math.floor(now / 1000)))
+      end
+      -- The hold as lock_hold makes one for a whole lease.
+      local first = last - block + 1
+      if block == 1 then
+        redis.call('HSET', lock, ARGV[1], 1, LOCK_TOKEN, string.format('%d', first))
+        redis.call('PEXPIRE', lock, lease)
+        return first
+      end
+      redis.call('HSET', lock, ARGV[1], 1, LOCK_TOKEN, string.format('%d', first), LOCK_LAST, string.format('%d', last))
+      redis.call('PEXPIRE', lock, lease)
+      return lock_reply(1, first, 1, last, 0)
+    end
+  end
+end
+--@helpers
 local lock, fence, q = KEYS[1], KEYS[2], {queue = KEYS[4], waiters = KEYS[5], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
 
@@ -91,32 +132,22 @@ if ARGV[3] == '1' then
   return lock_reply(1, 0, count, 0, 0)
 end
 
--- Reads come first, unchecked (lock_call). One EXISTS tells the common case:
--- the lock free, no one queued, no tombstone of this owner field; it has
--- only its counter and hash to write, and checks only those.
+-- Reads come first, unchecked (lock_call).
 local block = tonumber(ARGV[8])
 local found = lock_call('EXISTS', lock, q.waiters, KEYS[3])
 local denied
 if found == 0 then
+  -- Free, no one queued, no tombstone: the first part took it unless a
+  -- check or a read of it failed, which is named here (nothing was written).
   denied = lock_denied(function(c)
     return c('SET', fence, '1', 'PXAT', '1', 'GET') and c('HSET', lock) and c('PEXPIRE', lock)
   end)
   if denied then
     return denied
   end
-  -- With a lease of 1s or more the hash records the tokens, not the counter
-  -- (fence_take): a lock taken on a new name is one key.
-  local last
-  if tonumber(lease) >= FENCE_KEEP_MS then
-    last = fence_take(fence, block, lease)
-  else
-    last = fence_tokens(fence, block, lease)
-  end
-  lock_hold(lock, owner, last - block + 1, lease, lease, nil, block > 1 and last or nil)
-  if block == 1 then
-    return last
-  end
-  return lock_reply(1, last - block + 1, 1, last, 0)
+  now_ms()
+  lock_call('GET', fence)
+  return redis.error_reply('ERR relock: acquire.lua left a free lock untaken')
 end
 -- Below, the contended paths: the helpers only they call (the queue's and
 -- the hand-off's) are made at the next line (see contended in lua.go), by

@@ -166,3 +166,53 @@ func mustSplit(t *testing.T, lib string) []libUnit {
 	}
 	return units
 }
+
+// The plain parts of acquire.lua and release.lua (above plainMark) make only
+// the few small helpers they call, before script_begin: one that reached,
+// say, lock_call would make the helpers the plain part exists to avoid, and
+// would run before script_begin set up what lock_call reads.
+func TestPlainPartsMakeFewHelpers(t *testing.T) {
+	allowed := map[string]bool{"lock_reply": true, "lock_last": true, "lock_bury": true, "fence_expiry": true, "fence_free": true}
+	units := mustSplit(t, mutexLibSrc)
+	byName := map[string]libUnit{}
+	for _, u := range units {
+		if u.name != "" {
+			byName[u.name] = u
+		}
+	}
+	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc} {
+		plain, rest, ok := strings.Cut(body, plainMark)
+		if !ok || strings.Contains(rest, plainMark) {
+			t.Fatalf("%s: want one plain mark", name)
+		}
+		reached := map[string]bool{}
+		var reach func(refs map[string]bool)
+		reach = func(refs map[string]bool) {
+			for ref := range refs {
+				if u, ok := byName[ref]; ok && !reached[ref] {
+					reached[ref] = true
+					reach(u.refs)
+				}
+			}
+		}
+		reach(identifiers(plain))
+		if len(reached) == 0 {
+			t.Errorf("%s: the plain part reaches no helper; the test's view of it is wrong", name)
+		}
+		for h := range reached {
+			if !allowed[h] {
+				t.Errorf("%s: the plain part reaches %s", name, h)
+			}
+		}
+	}
+	for name, src := range map[string]string{"Acquire": acquireScriptSrc, "Release": releaseScriptSrc} {
+		plainAt := strings.Index(src, "if ARGV[")
+		begin := strings.Index(src, "\n"+scriptBegin)
+		if plainAt < 0 || begin < plainAt {
+			t.Errorf("%s: the plain part does not come before script_begin", name)
+		}
+		if strings.Contains(src[:plainAt], "local function lock_call(") {
+			t.Errorf("%s makes lock_call before its plain part", name)
+		}
+	}
+}

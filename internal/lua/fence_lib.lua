@@ -28,14 +28,15 @@
 -- than that, or writes lost by asynchronous replication (see WithReplicaAck).
 -- Tokens stay below 2^53, exact as Lua numbers, until about the year 2250.
 --
--- An uncontended Mutex hold does not write the counter (fence_take): its
+-- An uncontended Mutex hold of a lease of FENCE_KEEP_MS or more does not
+-- write the counter (acquire.lua's first part: its uncontended take): its
 -- hash records its tokens instead (LOCK_TOKEN, LOCK_LAST), so that a lock
 -- held on a name not used for a while is one key in Redis, not two. The
 -- counter is written when the hold ends: a release, ForceUnlock or
 -- abandon.lua gives it the hold's last token (fence_free) unless a hand-off
 -- reserves tokens above that at once (fence_tokens' floor); a hold that
--- expires instead did so its lease (1s at least: fence_take is used only
--- then) after its tokens were reserved, a block at most 65us ahead of the
+-- expires instead did so its lease (1s at least: shorter ones write the
+-- counter) after its tokens were reserved, a block at most 65us ahead of the
 -- clock, so a counter made afresh from the clock starts above them as above.
 --
 -- Hence, while such a hold lives the counter (or, when it is missing, the
@@ -56,63 +57,43 @@ local function fence_may(c, fence)
   return c('GET', fence) and c('SET', fence, '1', 'PXAT', '1', 'GET') and c('PEXPIREAT', fence)
 end
 
--- When a counter whose value is last must expire at the earliest: see above.
-local function fence_expiry(last, keep)
-  return string.format('%d', math.max(clock_ms, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS))
+-- When a counter whose value is last must expire at the earliest (see
+-- above), the server clock reading now ms (0: the time last stands for, which
+-- a release uses without reading the clock); keep is the lease of the hold.
+local function fence_expiry(last, keep, now)
+  return string.format('%d', math.max(now, math.ceil(last / 1000)) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS))
 end
 
 -- Reserves a block of tokens and returns the last one. keep is the lease (ms)
 -- of the hold that takes them; floor, if given, the last token of a hold
--- that ends here and whose tokens the counter may not record (see
--- fence_take). One SET when the clock is ahead of the counter and the floor
+-- that ends here and whose tokens the counter may not record (see above).
+-- One SET when the clock is ahead of the counter and the floor
 -- (it reads the counter as it writes), two when it is not.
 local function fence_tokens(fence, block, keep, floor)
   now_ms() -- the clock is read before any write, and once per script
   local base = math.max(clock_us, floor or 0)
   local last = base + block
-  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep), 'GET'))
+  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep, clock_ms), 'GET'))
   if before and before > base then
     last = before + block
-    redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))
+    redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep, clock_ms))
   end
   return last
 end
 
--- Reserves a block of tokens for an uncontended hold of a lease of keep ms
--- (FENCE_KEEP_MS at least) and returns the last one, without writing the
--- counter: the hold's hash records its tokens (see the top of this file).
--- Only a counter ahead of the clock (tokens reserved faster than one per
--- microsecond) is written, above itself, as fence_tokens would. One read,
--- and a write when the counter is ahead.
-local function fence_take(fence, block, keep)
-  now_ms()
-  local before = tonumber(lock_call('GET', fence))
-  if before and before > clock_us then
-    local last = before + block
-    redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep))
-    return last
-  end
-  return clock_us + block
-end
-
 -- Gives the counter the last token of a hold that ends with no tokens
--- reserved after it (fence_take), to expire keep ms past the time last
--- stands for (FENCE_KEEP_MS at least). While such a hold lives nothing else
--- writes the counter, so it is not above last; should it be, it is put back.
--- last nil (a hash that records no token: a quorum vote's, an older
--- version's): nothing to do. One SET.
+-- reserved after it (see above), to expire keep ms past the time last
+-- stands for (FENCE_KEEP_MS at least; a release does not read the clock).
+-- While such a hold lives nothing else writes the counter, so it is not
+-- above last; should it be, it is put back. last nil (a hash that records no
+-- token: a quorum vote's, an older version's): nothing to do. One SET.
 local function fence_free(fence, last, keep)
   if not last then
     return
   end
-  -- (Kept past the time last stands for, as fence_expiry does, without the
-  -- clock: a release does not read it.)
-  local function at(value)
-    return string.format('%d', math.ceil(value / 1000) + math.max(tonumber(keep) or 0, FENCE_KEEP_MS))
-  end
-  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', at(last), 'GET'))
+  local before = tonumber(redis.call('SET', fence, string.format('%d', last), 'PXAT', fence_expiry(last, keep, 0), 'GET'))
   if before and before > last then
-    redis.call('SET', fence, string.format('%d', before), 'PXAT', at(before))
+    redis.call('SET', fence, string.format('%d', before), 'PXAT', fence_expiry(before, keep, 0))
   end
 end
 
@@ -124,7 +105,7 @@ end
 
 -- For a hold whose lease is set to lease ms, last being its last token as
 -- its hash records it: a lease below FENCE_KEEP_MS could end the hold sooner
--- than the keep time after tokens the counter may not record (fence_take),
+-- than the keep time after tokens the counter may not record (see above),
 -- so they are given to the counter now (fence_free).
 local function fence_lease(fence, last, lease)
   if tonumber(lease) < FENCE_KEEP_MS then

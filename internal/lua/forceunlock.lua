@@ -32,7 +32,7 @@ for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
     owners[#owners + 1] = field
   end
 end
--- The hold's last token, which the counter may not record (see fence_take),
+-- The hold's last token, which the counter may not record (see fence_lib.lua),
 -- is kept as long as Redis would have kept the hold.
 local hold_last = lock_last(unpack(redis.call('HMGET', KEYS[1], LOCK_TOKEN, LOCK_LAST)))
 local keep = hold_last and now_ms() + redis.call('PTTL', KEYS[1]) - math.ceil(hold_last / 1000)

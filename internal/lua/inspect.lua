@@ -14,7 +14,7 @@
 --   pttl     the lock hash's PTTL in ms (-2: no holder, -1: no expiry)
 --   fence    the highest token reserved: the fencing counter, or the last
 --            token of the holder's block when that is higher (the counter
---            does not record it, see fence_take); '' for neither
+--            does not record it, see fence_lib.lua); '' for neither
 --   queued   the number of entries in the queue
 --   holders  {owner, count, ...}: the hash's owner fields
 --   waiters  {owner, arrival, deadline, lease, '', ...} from the head: the

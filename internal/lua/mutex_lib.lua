@@ -62,8 +62,8 @@ end
 -- entry self is at the head, nothing is done and -1 is returned: the caller
 -- takes the lock itself. pre, if given, is the head the caller just looked up
 -- ({head, arrival, behind}, see queue_head); floor, the last token of the
--- hold that just ended, when the counter may not record it (fence_take): the
--- grant's tokens start above it.
+-- hold that just ended, when the counter may not record it (see
+-- fence_lib.lua): the grant's tokens start above it.
 -- Returns the time the lock is granted for in milliseconds (its PTTL; 0 when
 -- no one waits, or -1) and the last fencing token reserved (0 when none was),
 -- and, when the head waiter's grant channel may not be published on (an ACL),

@@ -162,7 +162,7 @@ end
 --               not yet extended while the two are equal (see lock_claimed)
 --   LOCK_LAST   the last token of the holder's block, when it is more than
 --               one token: the fencing counter may not record it (see
---               fence_take)
+--               fence_lib.lua)
 --   LOCK_QUEUED only in a Mutex's hash: someone may be queued for the lock,
 --               written by a waiter as it queues and by a hand-off that leaves
 --               others queued; the holder's final release looks at the queue

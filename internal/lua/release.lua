@@ -61,12 +61,35 @@
 --                       unlock channel included): nothing was changed; or
 --                       may not publish on the grant channel of the waiter
 --                       queued first: the lock was freed, not handed to it
+-- The common case first, written plainly (see acquire.lua): a final level
+-- with no one queued (LOCK_QUEUED), no successor and nothing to announce;
+-- and a retry's latch. It writes nothing unless it frees the lock; anything
+-- else (a level left, someone queued, a command refused or failing) goes on
+-- to the general path below, which reads again and names what it meets.
+if ARGV[8] == '' and ARGV[5] == '' then
+  local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
+  local done = ARGV[13] == '1' and redis.pcall('GET', latch)
+  if type(done) == 'string' then
+    return done
+  end
+  local hold = not done and redis.pcall('HMGET', lock, ARGV[1], LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST)
+  local count = hold and tonumber(hold[1])
+  -- The checks of lock_denied, made directly (nil before Redis 7: none).
+  local may = redis.acl_check_cmd
+  if count and count <= 1 and not hold[2] and (not may or (ARGV[10] == '0' or may('SET', KEYS[7])) and
+      may('DEL', lock) and may('SET', fence, '1', 'PXAT', '1', 'GET') and may('SET', latch)) then
+    lock_bury(KEYS[7], ARGV[10])
+    redis.call('DEL', lock)
+    fence_free(fence, lock_last(hold[3], hold[4]), ARGV[2])
+    redis.call('SET', latch, '0', 'PX', ARGV[6])
+    return 0
+  end
+end
+--@helpers
 local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
 local q = {queue = KEYS[3], waiters = KEYS[4], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
--- Reads come first, unchecked (lock_call): a level that is not the last, or
--- a last one with no one queued and no successor (the common case), checks
--- only what it writes (the latch last of all).
+-- Reads come first, unchecked (lock_call).
 local done = ARGV[13] == '1' and lock_call('GET', latch)
 if done then
   return done
@@ -75,7 +98,7 @@ local count, queued, token, tokens_end = unpack(lock_call('HMGET', lock, owner, 
 if not count then
   return -1
 end
--- The hold's last token, which the counter may not record (see fence_take).
+-- The hold's last token, which the counter may not record (see fence_lib.lua).
 local hold_last = lock_last(token, tokens_end)
 local left = tonumber(count) - 1
 -- The message announcing a free lock when no one is queued, if any
@@ -87,21 +110,12 @@ if left <= 0 and message and not lock_may_publish(ARGV[3], ARGV[4]) then
   return lock_refusal(lock_publish_name(ARGV[3]), ARGV[4], 'nothing was changed')
 end
 if left <= 0 and not queued and ARGV[8] == '' and not message then
-  -- No one queued, no successor, nothing to announce: the lock goes (what
-  -- the general path below does in this case, before the queue library is
-  -- made).
-  local denied = lock_denied(function(c)
+  -- No one queued, no successor, nothing to announce: the first part freed
+  -- it unless a check failed, which is named here (nothing was written).
+  return lock_denied(function(c)
     return (ARGV[10] == '0' or c('SET', KEYS[7])) and c('DEL', lock) and
       c('SET', fence, '1', 'PXAT', '1', 'GET') and c('SET', latch)
-  end)
-  if denied then
-    return denied
-  end
-  lock_bury(KEYS[7], ARGV[10])
-  redis.call('DEL', lock)
-  fence_free(fence, hold_last, lease)
-  redis.call('SET', latch, '0', 'PX', ARGV[6])
-  return 0
+  end) or redis.error_reply('ERR relock: release.lua left a free lock held')
 end
 -- Below, the contended paths: the helpers only they call (the queue's and
 -- the hand-off's) are made at the next line (see contended in lua.go), by

@@ -156,7 +156,7 @@ local function rw_token(keep)
     return fence_tokens(KEYS[7], 1, keep)
   end
   now_ms()
-  redis.call('SET', KEYS[7], string.format('%d', token), 'PXAT', fence_expiry(token, keep))
+  redis.call('SET', KEYS[7], string.format('%d', token), 'PXAT', fence_expiry(token, keep, clock_ms))
   return token
 end
 
