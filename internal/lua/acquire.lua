@@ -69,13 +69,15 @@
 -- below, only the few leaf helpers this part calls are made (see plainMark
 -- in lua.go). It writes nothing unless it takes the lock; anything else (a
 -- re-entry, the lock held or waited for, a tombstone, a command refused or
--- failing) goes on to the general path below, which reads again and names
--- what it meets.
+-- failing) goes on to the general path below, which uses what it read
+-- (found) and names what it meets.
+local found
 if ARGV[3] == '0' then
   local lock, fence, lease, block = KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[8])
   -- The checks of lock_denied, made directly (nil before Redis 7: none).
   local may = redis.acl_check_cmd
-  if redis.pcall('EXISTS', lock, KEYS[5], KEYS[3]) == 0 and (not may or
+  found = redis.pcall('EXISTS', lock, KEYS[5], KEYS[3])
+  if found == 0 and (not may or
       may('SET', fence, '1', 'PXAT', '1', 'GET') and may('HSET', lock) and may('PEXPIRE', lock)) then
     local time, counter = redis.pcall('TIME'), redis.pcall('GET', fence)
     if not time.err and type(counter) ~= 'table' then
@@ -132,9 +134,12 @@ if ARGV[3] == '1' then
   return lock_reply(1, 0, count, 0, 0)
 end
 
--- Reads come first, unchecked (lock_call).
+-- Reads come first, unchecked (lock_call): the first part's EXISTS, when
+-- it answered, is not sent again.
 local block = tonumber(ARGV[8])
-local found = lock_call('EXISTS', lock, q.waiters, KEYS[3])
+if type(found) ~= 'number' then
+  found = lock_call('EXISTS', lock, q.waiters, KEYS[3])
+end
 local denied
 if found == 0 then
   -- Free, no one queued, no tombstone: the first part took it unless a

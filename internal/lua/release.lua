@@ -65,14 +65,16 @@
 -- with no one queued (LOCK_QUEUED), no successor and nothing to announce;
 -- and a retry's latch. It writes nothing unless it frees the lock; anything
 -- else (a level left, someone queued, a command refused or failing) goes on
--- to the general path below, which reads again and names what it meets.
+-- to the general path below, which uses what it read (hold) and names what
+-- it meets.
+local hold
 if ARGV[8] == '' and ARGV[5] == '' then
   local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
   local done = ARGV[13] == '1' and redis.pcall('GET', latch)
   if type(done) == 'string' then
     return done
   end
-  local hold = not done and redis.pcall('HMGET', lock, ARGV[1], LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST)
+  hold = not done and redis.pcall('HMGET', lock, ARGV[1], LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST)
   local count = hold and tonumber(hold[1])
   -- The checks of lock_denied, made directly (nil before Redis 7: none).
   local may = redis.acl_check_cmd
@@ -89,12 +91,16 @@ end
 local lock, latch, fence = KEYS[1], KEYS[2], KEYS[5]
 local q = {queue = KEYS[3], waiters = KEYS[4], seq = KEYS[6]}
 local owner, lease = ARGV[1], ARGV[2]
--- Reads come first, unchecked (lock_call).
-local done = ARGV[13] == '1' and lock_call('GET', latch)
-if done then
-  return done
+-- Reads come first, unchecked (lock_call). When the first part read the
+-- hold (and found the latch empty, if it looked), they are not sent again.
+if type(hold) ~= 'table' or hold.err then
+  local done = ARGV[13] == '1' and lock_call('GET', latch)
+  if done then
+    return done
+  end
+  hold = lock_call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST)
 end
-local count, queued, token, tokens_end = unpack(lock_call('HMGET', lock, owner, LOCK_QUEUED, LOCK_TOKEN, LOCK_LAST))
+local count, queued, token, tokens_end = unpack(hold)
 if not count then
   return -1
 end
