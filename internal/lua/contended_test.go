@@ -108,6 +108,27 @@ func TestMutexScriptsMarkTheirUncontendedPath(t *testing.T) {
 	}
 }
 
+// The semaphore's acquire and release scripts mark where the path of a
+// request that finds no one queued ends, once: above it no helper of the
+// queue's serving or joining is made.
+func TestSemScriptsMarkTheirUncontendedPath(t *testing.T) {
+	for name, body := range map[string]string{"sem_acquire.lua": semAcquireSrc, "sem_release.lua": semReleaseSrc} {
+		if n := strings.Count(body, contendedMark); n != 1 {
+			t.Fatalf("%s has %d contended marks, want 1", name, n)
+		}
+		above, _, _ := strings.Cut(body, contendedMark)
+		src := shake(semLibSrc, scriptBegin+above)
+		for _, helper := range []string{"queue_serve", "queue_enqueue", "queue_entry", "sem_handoff", "sem_enqueue"} {
+			if strings.Contains(src, "local function "+helper+"(") {
+				t.Errorf("%s makes %s above its mark", name, helper)
+			}
+		}
+		if whole := contended(semLibSrc, body); !strings.Contains(whole, "local function sem_handoff(") {
+			t.Errorf("%s lacks the helpers of its other paths", name)
+		}
+	}
+}
+
 // The libraries put at a script's contendedMark are made after the script's
 // script_begin has run when the script runs by EVAL: one that registered a
 // per-call hook (script_begins) would have it run as a function and not by
@@ -125,7 +146,7 @@ func TestContendedLibrariesHaveNoCallHooks(t *testing.T) {
 // library's: none may take the name of a library helper or variable.
 func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
 	library := map[string]bool{}
-	for _, u := range mustSplit(t, mutexLibSrc+rwLibOnly) {
+	for _, u := range mustSplit(t, mutexLibSrc+rwLibOnly+semLibOnly) {
 		if u.name != "" {
 			library[u.name] = true
 			continue
@@ -139,7 +160,8 @@ func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
 			}
 		}
 	}
-	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc, "rw_acquire.lua": rwAcquireSrc} {
+	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc, "rw_acquire.lua": rwAcquireSrc,
+		"sem_acquire.lua": semAcquireSrc, "sem_release.lua": semReleaseSrc} {
 		above, _, _ := strings.Cut(body, contendedMark)
 		for _, line := range strings.Split(above, "\n") {
 			decl, ok := strings.CutPrefix(strings.TrimSpace(line), "local ")

@@ -65,8 +65,9 @@ local function plain()
   local n = want == 'all' and avail or tonumber(want)
   return n <= st.limit and (n > 0 and avail >= n or ARGV[7] ~= '1' or want == 'all')
 end
+local easy = plain()
 local denied = lock_denied(function(c)
-  if plain() then
+  if easy then
     return sem_take_may(c, want)
   end
   return sem_may(c)
@@ -78,6 +79,22 @@ if want ~= '1' and not sem_counts_usable() then
   return sem_counts_refusal()
 end
 sem_reclaim(now, first)
+if easy then
+  -- What the general path below does in this case, before the queue's
+  -- helpers are made: no one to serve first, no place to keep.
+  local avail = sem_available()
+  local n = want == 'all' and avail or tonumber(want)
+  if n > 0 and avail >= n then
+    sem_take(id, n, now + lease)
+    sem_save(now)
+    return lock_reply(1, n)
+  end
+  sem_save(now)
+  return lock_reply(0, st.first and math.max(st.first - now, 0) or -1, 0)
+end
+-- Below, the other paths: the queue's helpers, which only they call, are
+-- made at the next line (see contended in lua.go), by calls that get there.
+--@contended
 
 local entry
 if want ~= 'all' then

@@ -65,8 +65,9 @@ if not expiry then
 end
 local now = now_ms()
 sem_load()
+local easy = successor == '' and not st.queued and tonumber(expiry) > now
 local denied = lock_denied(function(c)
-  if successor == '' and not st.queued and tonumber(expiry) > now then
+  if easy then
     return sem_release_may(c) and c('SET', KEYS[6])
   end
   return sem_may(c) and c('SET', KEYS[6])
@@ -74,17 +75,29 @@ end)
 if denied then
   return denied
 end
-if tonumber(expiry) <= now then
-  sem_reclaim(now)
-  sem_handoff(now, ARGV[2], ARGV[3], nil, false)
-  sem_save(now)
-  return -2
-end
 
 local function done(s, horizon)
   sem_save(now, horizon)
   redis.call('SET', KEYS[6], s, 'PX', ARGV[4])
   return s
+end
+
+if easy then
+  -- No one queued, no successor, a live lease: what the general path below
+  -- does in this case, before the queue's helpers are made.
+  local n, counted = sem_count(id)
+  st.used = math.max(st.used - n, 0)
+  sem_drop(id, counted)
+  return done(string.format('%d', n))
+end
+-- Below, the other paths: the queue's helpers, which only they call, are
+-- made at the next line (see contended in lua.go), by calls that get there.
+--@contended
+if tonumber(expiry) <= now then
+  sem_reclaim(now)
+  sem_handoff(now, ARGV[2], ARGV[3], nil, false)
+  sem_save(now)
+  return -2
 end
 
 local unqueued = false
