@@ -108,22 +108,26 @@ func TestMutexScriptsMarkTheirUncontendedPath(t *testing.T) {
 	}
 }
 
-// The semaphore's acquire and release scripts mark where the path of a
-// request that finds no one queued ends, once: above it no helper of the
-// queue's serving or joining is made.
-func TestSemScriptsMarkTheirUncontendedPath(t *testing.T) {
-	for name, body := range map[string]string{"sem_acquire.lua": semAcquireSrc, "sem_release.lua": semReleaseSrc} {
-		if n := strings.Count(body, contendedMark); n != 1 {
+// The semaphore's acquire and release scripts, and the RWMutex's release,
+// mark where the path of a call that finds no one queued ends, once: above
+// it no helper of the queue's serving (or joining) is made.
+func TestSemAndRWScriptsMarkTheirUncontendedPath(t *testing.T) {
+	for name, s := range map[string]struct{ lib, body, contended string }{
+		"sem_acquire.lua": {semLibSrc, semAcquireSrc, "sem_handoff"},
+		"sem_release.lua": {semLibSrc, semReleaseSrc, "sem_handoff"},
+		"rw_release.lua":  {rwLibSrc, rwReleaseSrc, "rw_serve"},
+	} {
+		if n := strings.Count(s.body, contendedMark); n != 1 {
 			t.Fatalf("%s has %d contended marks, want 1", name, n)
 		}
-		above, _, _ := strings.Cut(body, contendedMark)
-		src := shake(semLibSrc, scriptBegin+above)
-		for _, helper := range []string{"queue_serve", "queue_enqueue", "queue_entry", "sem_handoff", "sem_enqueue"} {
+		above, _, _ := strings.Cut(s.body, contendedMark)
+		src := shake(s.lib, scriptBegin+above)
+		for _, helper := range []string{"queue_serve", "queue_enqueue", "queue_entry", s.contended} {
 			if strings.Contains(src, "local function "+helper+"(") {
 				t.Errorf("%s makes %s above its mark", name, helper)
 			}
 		}
-		if whole := contended(semLibSrc, body); !strings.Contains(whole, "local function sem_handoff(") {
+		if whole := contended(s.lib, s.body); !strings.Contains(whole, "local function "+s.contended+"(") {
 			t.Errorf("%s lacks the helpers of its other paths", name)
 		}
 	}
@@ -161,7 +165,7 @@ func TestContendedPartDeclaresNoLibraryName(t *testing.T) {
 		}
 	}
 	for name, body := range map[string]string{"acquire.lua": acquireSrc, "release.lua": releaseSrc, "rw_acquire.lua": rwAcquireSrc,
-		"sem_acquire.lua": semAcquireSrc, "sem_release.lua": semReleaseSrc} {
+		"sem_acquire.lua": semAcquireSrc, "sem_release.lua": semReleaseSrc, "rw_release.lua": rwReleaseSrc} {
 		above, _, _ := strings.Cut(body, contendedMark)
 		for _, line := range strings.Split(above, "\n") {
 			decl, ok := strings.CutPrefix(strings.TrimSpace(line), "local ")

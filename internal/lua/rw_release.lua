@@ -49,46 +49,60 @@ end)
 if denied then
   return denied
 end
+-- One level released: what every path does. serve, given when someone is
+-- queued, hands the freed lock on (see rw_serve).
+local function release(serve)
+  local key = KEYS[1]
+  if mode == 'r' then
+    key = KEYS[3]
+  end
+  local count, token
+  if mode == 'w' then
+    count, token = unpack(lock_call('HMGET', key, owner, LOCK_TOKEN))
+  else
+    count = lock_call('HGET', key, owner)
+  end
+  if not count then
+    return -1
+  end
+  local left = tonumber(count) - 1
+  if left <= 0 and serve and not lock_may_publish(ARGV[4], ARGV[5]) then
+    -- The last level may have to tell waiters of their grant: refused
+    -- before it changes anything, rather than freed with no one told.
+    return lock_refusal(lock_publish_name(ARGV[4]), ARGV[5], 'nothing was changed')
+  end
+  if left > 0 then
+    redis.call('HSET', key, owner, left)
+    if mode == 'w' then
+      redis.call('PEXPIRE', KEYS[1], lease)
+    else
+      rw_renew_reader(now, owner, lease)
+    end
+  else
+    lock_bury(KEYS[9], ARGV[8])
+    if mode == 'w' then
+      redis.call('DEL', KEYS[1])
+      rw_keep_writer_token(tonumber(token), now, lease)
+    else
+      rw_drop_reader(owner)
+    end
+    local refused = serve and serve()
+    if refused then
+      return refused -- freed, not handed on: final, not retried (no latch)
+    end
+  end
+  redis.call('SET', KEYS[8], left, 'PX', ARGV[7])
+  return left
+end
+
+if not (lapsed or queued) then
+  return release()
+end
+-- Below, a reader's lease run out or someone queued: the helpers of
+-- reclaiming and serving are made at the next line (see contended in
+-- lua.go), by calls that get there.
+--@contended
 rw_reclaim(now, readers)
-local key = KEYS[1]
-if mode == 'r' then
-  key = KEYS[3]
-end
-local count, token
-if mode == 'w' then
-  count, token = unpack(lock_call('HMGET', key, owner, LOCK_TOKEN))
-else
-  count = lock_call('HGET', key, owner)
-end
-if not count then
-  return -1
-end
-local left = tonumber(count) - 1
-if left <= 0 and queued and not lock_may_publish(ARGV[4], ARGV[5]) then
-  -- The last level may have to tell waiters of their grant: refused before
-  -- it changes anything, rather than freed with no one told.
-  return lock_refusal(lock_publish_name(ARGV[4]), ARGV[5], 'nothing was changed')
-end
-if left > 0 then
-  redis.call('HSET', key, owner, left)
-  if mode == 'w' then
-    redis.call('PEXPIRE', KEYS[1], lease)
-  else
-    rw_renew_reader(now, owner, lease)
-  end
-else
-  lock_bury(KEYS[9], ARGV[8])
-  if mode == 'w' then
-    redis.call('DEL', KEYS[1])
-    rw_keep_writer_token(tonumber(token), now, lease)
-  else
-    rw_drop_reader(owner)
-  end
-  -- (With no one queued, as read above, there is no one to serve.)
-  denied = queued and rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6], mode == 'w')
-  if denied then
-    return denied -- freed, not handed on: final, not retried (no latch)
-  end
-end
-redis.call('SET', KEYS[8], left, 'PX', ARGV[7])
-return left
+return release(queued and function()
+  return rw_serve(now, nil, ARGV[4], ARGV[5], ARGV[6], mode == 'w')
+end)
