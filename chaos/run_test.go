@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -487,17 +486,9 @@ func setLimit(t *testing.T, srv *redistest.Server, limit int64) {
 	}
 }
 
-// pidOf returns the process of worker i, for SIGSTOP and SIGCONT.
+// signal sends sig to worker i's process (SIGSTOP, SIGCONT).
 func (r *run) signal(i int, sig syscall.Signal) {
 	if err := r.procs[i].Process.Signal(sig); err != nil {
 		r.t.Logf("signal %v to worker %d: %v", sig, i, err)
 	}
-}
-
-func describe(evs []event) string {
-	var b strings.Builder
-	for _, e := range evs {
-		fmt.Fprintf(&b, "%+v\n", e)
-	}
-	return b.String()
 }

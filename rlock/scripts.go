@@ -80,8 +80,6 @@ func parseAcquireReply(vals []int64) (acquireReply, error) {
 	return r, nil
 }
 
-func newSecret() string { return core.NewSecret() }
-
 // grant is a hand-off to a queued waiter, as its message tells it.
 type grant struct {
 	first, last uint64 // the fencing tokens reserved for the new holder
