@@ -194,9 +194,9 @@ func mustSplit(t *testing.T, lib string) []libUnit {
 }
 
 // The plain parts of acquire.lua and release.lua (above plainMark) make only
-// the few small helpers they call, before script_begin: one that reached,
-// say, lock_call would make the helpers the plain part exists to avoid, and
-// would run before script_begin set up what lock_call reads.
+// the few small helpers they call, before script_begin when run by EVAL: one
+// that reached, say, lock_call would make the helpers the plain part exists
+// to avoid, and would run before script_begin set up what lock_call reads.
 func TestPlainPartsMakeFewHelpers(t *testing.T) {
 	allowed := map[string]bool{"lock_reply": true, "lock_last": true, "lock_bury": true, "fence_expiry": true, "fence_free": true}
 	units := mustSplit(t, mutexLibSrc)

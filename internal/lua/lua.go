@@ -93,9 +93,11 @@ const scriptBegin = "script_begin()\n"
 const contendedMark = "--@contended\n"
 
 // plainMark ends the first part of a script that writes its common case
-// plainly (acquire.lua's and release.lua's): the part runs before
-// script_begin and before any helper is made but the few it calls, each of
-// them small (TestPlainPartsMakeFewHelpers). A Lock and Unlock on a lock
+// plainly (acquire.lua's and release.lua's): run by EVAL, the part runs
+// before script_begin and before any helper is made but the few it calls,
+// each of them small (TestPlainPartsMakeFewHelpers). (As a Redis function it
+// runs after script_begin, every helper made already, which it does not
+// need.) A Lock and Unlock on a lock
 // nobody else wants then cost Redis 19% fewer instructions than through the
 // helpers (bench/scriptcost, docs/benchmarks.md); the rest of the script is
 // the general path, which the first part falls through to, having written
@@ -117,8 +119,9 @@ func contended(lib, body string) string {
 	return shake(lib, append(parts, scriptBegin+body)...)
 }
 
-// The Mutex's acquire and release scripts, with their uncontended paths
-// above their contendedMark.
+// The Mutex's acquire and release scripts: their uncontended paths above
+// their plainMark, the rest of what they run without the queue above their
+// contendedMark.
 var (
 	acquireScriptSrc = contended(mutexLibSrc, acquireSrc)
 	releaseScriptSrc = contended(mutexLibSrc, releaseSrc)

@@ -80,9 +80,11 @@ if ARGV[8] == '' and ARGV[5] == '' then
   local may = redis.acl_check_cmd
   if count and count <= 1 and not hold[2] and (not may or (ARGV[10] == '0' or may('SET', KEYS[7])) and
       may('DEL', lock) and may('SET', fence, '1', 'PXAT', '1', 'GET') and may('SET', latch)) then
+    -- The counter first: a key of another kind there fails the script
+    -- before anything changed.
+    fence_free(fence, lock_last(hold[3], hold[4]), ARGV[2])
     lock_bury(KEYS[7], ARGV[10])
     redis.call('DEL', lock)
-    fence_free(fence, lock_last(hold[3], hold[4]), ARGV[2])
     redis.call('SET', latch, '0', 'PX', ARGV[6])
     return 0
   end
