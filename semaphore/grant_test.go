@@ -100,8 +100,11 @@ type countingDedicated struct {
 func (d countingDedicated) SetPubSubHooks(h rueidis.PubSubHooks) <-chan error {
 	if on := h.OnMessage; on != nil {
 		h.OnMessage = func(m rueidis.PubSubMessage) {
-			d.rec.add(m)
+			// Recorded after the multiplexer took it: a message the record
+			// holds is one the multiplexer has counted (flush waits for
+			// the record, then reads both counts).
 			on(m)
+			d.rec.add(m)
 		}
 	}
 	return d.DedicatedClient.SetPubSubHooks(h)
