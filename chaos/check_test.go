@@ -229,8 +229,9 @@ func (r *run) check(elapsed time.Duration) result {
 	// one must carry a token above the fencing counter read just before it.
 	// A Client that passes on locally a lock it no longer has (cohorting)
 	// hands out tokens it reserved before. The one exception is the window
-	// the library documents: a pass made before the Client could hear of the
-	// force-unlock (within forceUnlockWindow). Such a hold cannot know it
+	// the library documents: a pass made while the force-unlock ran or
+	// before the Client could hear of it (within forceUnlockWindow of its
+	// end; a grant while it ran may also predate it). Such a hold cannot know it
 	// either: its write may be accepted (the new holder has not written yet;
 	// the resource orders by token) and its Unlock may succeed (passing the
 	// lock on locally, or keeping it for the Client's next Lock).
@@ -242,7 +243,7 @@ func (r *run) check(elapsed time.Duration) result {
 			}
 			for i := len(forced) - 1; i >= 0; i-- {
 				f := forced[i]
-				if f.end < e.TAcq && e.Token <= f.fence {
+				if f.start < e.TAcq && e.Token <= f.fence {
 					res.staleGrants++
 					if time.Duration(e.TAcq-f.end) <= forceUnlockWindow {
 						res.windowPasses++
