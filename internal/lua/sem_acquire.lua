@@ -90,7 +90,7 @@ if easy then
     return lock_reply(1, n)
   end
   sem_save(now)
-  return lock_reply(0, st.first and math.max(st.first - now, 0) or -1, 0)
+  return lock_reply(0, sem_wait(now), 0)
 end
 -- Below, the other paths: the queue's helpers, which only they call, are
 -- made at the next line (see contended in lua.go), by calls that get there.
@@ -165,10 +165,7 @@ if n > 0 and avail >= n and mine ~= false then
   return finish(lock_reply(1, n))
 end
 
-local wait = -1
-if st.first then
-  wait = math.max(st.first - now, 0)
-end
+local wait = sem_wait(now)
 if want == 'all' or ARGV[7] ~= '1' then
   return finish(lock_reply(0, wait, 0))
 end

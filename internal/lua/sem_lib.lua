@@ -164,6 +164,16 @@ local function sem_available()
   return st.limit and (st.limit - st.used)
 end
 
+-- The milliseconds until the earliest lease ends (st.first, as sem_reclaim
+-- or sem_take left it), -1 when no permit is held: what a request that did
+-- not get its permits is told to wait at most.
+local function sem_wait(now)
+  if st.first then
+    return math.max(st.first - now, 0)
+  end
+  return -1
+end
+
 -- Makes the permits zset, and the counts hash while it may hold a count,
 -- outlive a lease ending at at. created: the zset was empty (it did not
 -- exist) before the member was added. counted: a count was just written,
